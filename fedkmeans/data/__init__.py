@@ -4,6 +4,10 @@ A node loads only its own clients. In simulation a node is told its
 ``partition-id`` and ``num-partitions`` and hosts the virtual clients whose index is
 congruent to its partition id; in deployment a node's ``data-path`` node config names
 its own ``.npz`` file and it hosts every client in that file.
+
+Real data sets (``nycflights``, ``mplsstops``) are parsed once per process from their
+PyPI package into a :class:`~fedkmeans.data.tabular.Federation` (cached); a node then
+reads only the rows of the client ids it hosts.
 """
 
 from __future__ import annotations
@@ -12,14 +16,50 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedkmeans.config import DataConfig, ExperimentConfig
+from fedkmeans.config import REAL_DATASETS, DataConfig, ExperimentConfig, parse_holdout
 from fedkmeans.data.mixture import mixture_client, mixture_server
 from fedkmeans.data.npz import NpzDataset, load_npz
+from fedkmeans.data.tabular import Federation
+from fedkmeans.seeding import generator
 
 
 @lru_cache(maxsize=4)
 def _npz(path: str) -> NpzDataset:
     return load_npz(path)
+
+
+@lru_cache(maxsize=2)
+def _columns(name: str) -> dict[str, np.ndarray]:
+    """The parsed table of a real data set (once per process)."""
+    if name == "nycflights":
+        from fedkmeans.data import nycflights
+
+        return nycflights.load_columns()
+    from fedkmeans.data import mplsstops
+
+    return mplsstops.load_columns()
+
+
+@lru_cache(maxsize=4)
+def _federation(
+    name: str, holdout: str, min_points: int, max_clients: int, max_points: int
+) -> Federation:
+    from fedkmeans.data import mplsstops, nycflights
+
+    module = nycflights if name == "nycflights" else mplsstops
+    return module.build(
+        _columns(name), parse_holdout(holdout), min_points=min_points,
+        max_clients=max_clients, max_points=max_points,
+    )
+
+
+def real_federation(config: ExperimentConfig) -> Federation:
+    """The federation of a real data set (``data.name`` in REAL_DATASETS), cached."""
+    data = config.data
+    return _federation(
+        data.name, data.holdout, data.min_points_per_client, data.num_clients,
+        data.points_per_client,
+    )
 
 
 def _data_path(config: ExperimentConfig, node_data_path: str) -> str:
@@ -46,6 +86,9 @@ def node_client_ids(
     if config.data.name == "mixture":
         ids = np.arange(config.data.num_clients, dtype=np.int64)
         return ids[ids % num_partitions == partition_id]
+    if config.data.name in REAL_DATASETS:
+        ids = real_federation(config).client_ids()
+        return ids[ids % num_partitions == partition_id]
     path = _data_path(config, node_data_path)
     ids = _npz(path).client_ids().astype(np.int64)
     if node_data_path:
@@ -70,6 +113,8 @@ def load_client(
     """Points (n_j, d) and labels (n_j,) or None of one client."""
     if config.data.name == "mixture":
         return mixture_client(config.seed, int(client_id), **_mixture_kwargs(config.data))
+    if config.data.name in REAL_DATASETS:
+        return real_federation(config).client_data(int(client_id))
     return _npz(_data_path(config, node_data_path)).client_data(int(client_id))
 
 
@@ -85,6 +130,9 @@ def load_server(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None
             uniform=data.server_uniform_points,
             variance=data.variance,
         )
+    if config.data.name in REAL_DATASETS:
+        rng = generator(config.seed, "data", "server-points")
+        return real_federation(config).server(rng, config.data.server_points)
     dataset = _npz(config.data.path)
     return dataset.server_x, dataset.server_y
 
@@ -100,6 +148,9 @@ def load_pooled(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None
         x = np.concatenate([p[0] for p in parts])
         y = np.concatenate([p[1] for p in parts])
         return x, y
+    if config.data.name in REAL_DATASETS:
+        federation = real_federation(config)
+        return federation.x, federation.y
     if not config.data.path:
         return None
     dataset = _npz(config.data.path)

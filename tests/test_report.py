@@ -1,0 +1,86 @@
+"""The sweep report: plots and Markdown from a small fixture table."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.sweep import columns
+
+pytest.importorskip("matplotlib")
+
+from fedkmeans.report import main, report  # noqa: E402
+
+#: (level, algorithm, epsilon, seed) -> cost ratio; accuracy = 2 - ratio.
+RATIOS = {
+    ("datapoint", "feddp-kmeans", 0.1): (1.04, 1.06),
+    ("datapoint", "feddp-kmeans", 1.0): (1.004, 1.008),
+    ("datapoint", "server-lloyds", 0.1): (1.09, 1.07),
+    ("datapoint", "server-lloyds", 1.0): (1.06, 1.08),
+    ("client", "feddp-kmeans", 0.1): (1.3, 1.2),
+    ("client", "feddp-kmeans", 1.0): (1.03, 1.01),
+    ("datapoint", "kfed", float("inf")): (1.02, 1.03),
+}
+
+
+def _fixture(path: Path) -> Path:
+    defaults = ExperimentConfig().to_flat()
+    rows, job = [], 0
+    for (level, algorithm, eps), ratios in RATIOS.items():
+        for seed, ratio in enumerate(ratios):
+            rows.append({
+                **defaults, "job": job, "status": "ok", "error": "", "overrides": "",
+                "algorithm": algorithm, "seed": seed, "privacy.level": level,
+                "privacy.epsilon": eps, "epsilon_spent": "inf" if eps == float("inf")
+                else 0.99 * eps, "cost": 50 * ratio, "optimal_cost": 50.0,
+                "cost_ratio": ratio, "accuracy": 2 - ratio, "ari": 1.5 - ratio,
+                "k_chosen": 10, "num_clients": 100, "num_points": 100000, "wall_s": 2.0,
+            })
+            job += 1
+    rows.append({**defaults, "job": job, "status": "failed", "overrides": "privacy.epsilon=-1",
+                 "error": "ConfigError: config key 'privacy.epsilon' must be ...",
+                 "privacy.epsilon": -1, "wall_s": 0.01})
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns(), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_report_writes_plots_and_markdown(tmp_path):
+    sweep = _fixture(tmp_path / "sweep")
+    written = report(sweep, tmp_path / "out")
+    names = {p.name for p in written}
+    assert names == {"cost_ratio.png", "cost_ratio.svg", "accuracy.png", "accuracy.svg",
+                     "report.md"}
+    for p in written:
+        assert p.stat().st_size > 1000
+    svg = (tmp_path / "out" / "cost_ratio.svg").read_text()
+    for text in ("data-point level", "client level", "feddp-kmeans", "server-lloyds",
+                 "kfed (non-private)", "cost / optimal cost", "mixture: 100 clients"):
+        assert text in svg, text
+    assert (tmp_path / "out" / "cost_ratio.png").read_bytes()[:4] == b"\x89PNG"
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "15 jobs (14 ok, 1 failed)" in md
+    assert "| 0.1 | 1.0500 [1.0400-1.0600] | 1.0800 [1.0700-1.0900] |" in md
+    assert "| feddp-kmeans | ε = 1 | ε = 0.1 |" in md  # median 1.006 at eps 1, 1.05 at 0.1
+    assert "\n| -1 |" not in md  # a cell without a successful run is not plotted or pivoted
+    assert "| server-lloyds | not reached (best median 1.0700 at ε = 1) |" in md
+    assert "| client | feddp-kmeans | 0 | 1 | 2/0 |" in md
+    assert "## Failed jobs" in md and "privacy.epsilon=-1" in md
+
+
+def test_report_command_line_defaults_to_the_sweep_dir(tmp_path, capsys):
+    sweep = _fixture(tmp_path / "sweep")
+    main([str(sweep)])
+    assert (sweep / "report.md").exists() and (sweep / "cost_ratio.svg").exists()
+    assert "report.md" in capsys.readouterr().out
+
+
+def test_report_without_results_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="results.csv"):
+        report(tmp_path)

@@ -1,0 +1,108 @@
+"""Hydra multirun sweeps: one row per job, failures recorded, concurrent appends."""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SMALL
+
+from fedkmeans.config import config_keys
+from fedkmeans.sweep import append_row, columns, count_jobs, read_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    sweep_dir = tmp_path / "sweep"
+    small = [f"{k}={v}" for k, v in SMALL.items()]
+    cmd = [sys.executable, "-m", "fedkmeans.experiment", "-m",
+           f"hydra.sweep.dir={sweep_dir}", *small, *overrides]
+    env = {**os.environ, "FEDKMEANS_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, read_rows(sweep_dir / "results.csv")
+
+
+def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
+    proc, rows = _sweep(tmp_path, "privacy.epsilon=1,4", "algorithm=feddp-kmeans,server-lloyds")
+    assert len(rows) == 4
+    assert list(rows[0]) == columns()
+    assert {r["status"] for r in rows} == {"ok"}
+    combos = {(r["algorithm"], float(r["privacy.epsilon"])) for r in rows}
+    assert combos == {(a, e) for a in ("feddp-kmeans", "server-lloyds") for e in (1.0, 4.0)}
+    for r in rows:
+        assert set(config_keys()) <= set(r)  # every config value is in the row
+        assert 0 < float(r["epsilon_spent"]) <= float(r["privacy.epsilon"])
+        assert float(r["cost_ratio"]) >= 0.99 and float(r["accuracy"]) > 0
+        assert float(r["wall_s"]) > 0 and float(r["time_total"]) > 0
+        assert Path(r["result_path"]).is_file()
+        assert r["output-dir"] == str(Path(r["result_path"]).parent)
+        assert Path(r["output-dir"]).parent == tmp_path / "sweep" / "runs"
+    assert len({r["output-dir"] for r in rows}) == 4
+    # server-lloyds comes with its T = 2 preset from the algorithm group
+    assert {r["privacy.lloyds-steps"] for r in rows if r["algorithm"] == "server-lloyds"} == {"2"}
+    assert "[sweep] 4 jobs" in proc.stdout
+    assert "[sweep] 4/4 jobs done (0 failed)" in proc.stdout and "ETA" in proc.stdout
+    # extending the sweep into the same directory adds rows and reuses no other job's dir
+    proc, rows = _sweep(tmp_path, "privacy.epsilon=2,4", "algorithm=feddp-kmeans")
+    assert [r["status"] for r in rows] == ["ok"] * 6
+    assert "[sweep] 2/2 jobs done (0 failed)" in proc.stdout
+    by_dir = {}
+    for r in rows:
+        by_dir.setdefault(r["output-dir"], []).append(r)
+    assert len(by_dir) == 5  # eps=4 feddp-kmeans ran twice: it resumed, same centers
+    again = next(v for v in by_dir.values() if len(v) == 2)
+    assert again[0]["cost"] == again[1]["cost"]
+
+
+def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
+    proc, rows = _sweep(tmp_path, "dataset=npz,mixture", "privacy.epsilon=1,-1",
+                        "data.path=/no/such/file.npz")
+    assert len(rows) == 4
+    by = {(r["data.name"], float(r["privacy.epsilon"])): r for r in rows}
+    missing = by[("npz", 1.0)]  # fails while running (the file is missing)
+    assert missing["status"] == "failed" and "FileNotFoundError" in missing["error"]
+    for key in (("npz", -1.0), ("mixture", -1.0)):  # fails validation
+        assert by[key]["status"] == "failed"
+        assert "ConfigError" in by[key]["error"] and "privacy.epsilon" in by[key]["error"]
+    ok = by[("mixture", 1.0)]
+    assert ok["status"] == "ok" and ok["error"] == "" and float(ok["cost_ratio"]) > 0
+    assert rows[0]["status"] == "failed"  # the first job failed and three more ran
+    assert "[sweep] 4/4 jobs done (3 failed)" in proc.stdout
+    assert "finished: 1 ok, 3 failed" in proc.stdout
+
+
+def _append_many(args):
+    path, worker = args
+    for i in range(20):
+        append_row(Path(path), {"job": worker * 100 + i, "status": "ok", "error": "x" * 500})
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "results.csv"
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        pool.map(_append_many, [(str(path), w) for w in range(4)])
+    rows = read_rows(path)
+    assert len(rows) == 80 and all(r["error"] == "x" * 500 for r in rows)
+    assert sorted(int(r["job"]) for r in rows) == sorted(
+        w * 100 + i for w in range(4) for i in range(20))
+    with path.open() as f:
+        assert sum(1 for _ in csv.reader(f)) == 81  # one header
+
+
+@pytest.mark.parametrize(
+    "params, task, total",
+    [({}, ["seed=0,1", "privacy.epsilon=0.1,0.2,0.4"], 6),
+     ({"seed": "0,1,2"}, ["algorithm=a,b"], 6),
+     ({"seed": "0,1,2"}, ["seed=5"], 1),  # the command line wins over the config
+     ({}, ["seed=range(0,4)", "k=3"], 4)],
+)
+def test_count_jobs(params, task, total):
+    assert count_jobs(params, task) == total
