@@ -4,12 +4,20 @@ Thin by design: it reads the node config, translates messages to arrays and back
 and delegates every computation to :class:`fedkmeans.node.NodeData`. Message types
 are ``query.<stage>``; each request names the node's clients it asks for in the
 ``client_ids`` array and each reply echoes it, one row per client.
+
+Secure aggregation (``privacy.aggregation = secagg``): the protocol rounds arrive as
+``train`` messages driven by Flower's SecAgg+ workflow; ``secaggplus_mod`` runs the key
+agreement and masking around :func:`secagg_contribution`, which replies with the node's
+encoded sum (its clients' clipped statistics plus their noise shares) and weight 1.
 """
 
 from __future__ import annotations
 
 from flwr.app import Context, Message
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
@@ -103,3 +111,53 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Non-private evaluation of the final centers over every hosted client."""
     arrays, _ = unpack(msg.content)
     return Message(pack(node_data(context).evaluate(arrays["centers"])), reply_to=msg)
+
+
+#: The per-client statistics of each protocol stage that secure aggregation can sum.
+_SECAGG_STAGES = {
+    "covariance": lambda node, clients, a: node.covariance(clients),
+    "histogram": lambda node, clients, a: node.histogram(
+        clients, a["basis"], a["projected_server"]
+    ),
+    "centers": lambda node, clients, a: node.sums_counts(
+        clients, a["projected_centers"], a["basis"]
+    ),
+    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+}
+
+
+@app.train(mods=[secaggplus_mod])
+def secagg_contribution(msg: Message, context: Context) -> Message:
+    """One protocol round under SecAgg+: this node's encoded noisy sum, weight 1.
+
+    The request is the ``FitIns`` built by :class:`fedkmeans.strategies.secagg.
+    SecAggAggregator` (asked client ids, broadcast arrays, per-statistic share scale
+    and grid step). Noise shares come from the node config ``noise-seed`` when set
+    (a deployment: a secret the server does not know), else from the run's seed
+    (simulation: reproducible, but a server knowing the seed could recompute them).
+    The reply's metrics are empty: only the masked vector leaves the node.
+    """
+    from fedkmeans.strategies import secagg as keys
+
+    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    settings = fitins.config
+    payload = parameters_to_ndarrays(fitins.parameters)
+    names = [n for n in str(settings[keys.KEY_ARRAYS]).split(",") if n]
+    arrays = dict(zip(names, payload[1:], strict=True))
+    clients = payload[0].astype(int).tolist()
+    node = node_data(context)
+    stats = _SECAGG_STAGES[str(settings[keys.KEY_STAGE])](node, clients, arrays)
+    wanted = [n for n in str(settings[keys.KEY_STATS]).split(",") if n]
+    stats = {name: stats[name] for name in wanted}
+    noise_seed = int(context.node_config.get("noise-seed", node.config.seed))
+    encoded = node.secagg_contribution(
+        clients,
+        stats,
+        str(settings[keys.KEY_ROUND]),
+        {n: float(settings[keys.KEY_SHARE + n]) for n in wanted},
+        {n: float(settings[keys.KEY_STEP + n]) for n in wanted},
+        int(settings[keys.KEY_Q]),
+        noise_seed,
+    )
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encoded), 1, {})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

@@ -8,7 +8,10 @@ Client-side privacy duties (the server re-clips anyway):
 
 * every point is clipped to ``privacy.data-radius`` before any statistic;
 * at client level, each client clips its own statistic to the configured bound;
-* with ``privacy.epsilon = inf`` nothing is clipped (the non-private algorithm).
+* with ``privacy.epsilon = inf`` nothing is clipped (the non-private algorithm);
+* with ``privacy.aggregation = secagg`` (:meth:`NodeData.secagg_contribution`) every
+  client also applies the server's bound and adds its own noise share, and the node
+  sends only the sum over its clients, encoded for SecAgg+.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from fedkmeans.clustering.client_stats import nearest_center
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2, clip_rows_l2
-from fedkmeans.seeding import integer_seed
+from fedkmeans.privacy.distributed import encode, node_contribution
+from fedkmeans.seeding import generator, integer_seed
 
 
 @dataclass
@@ -111,6 +115,53 @@ class NodeData:
             counts.append(self._clip("counts", n))
         k = centers.shape[0]
         return {"sums": _stack(sums, (k, self.dim)), "counts": _stack(counts, (k,))}
+
+    def secagg_contribution(
+        self,
+        clients: Sequence[int],
+        stats: dict[str, np.ndarray],
+        round_name: str,
+        share_stds: dict[str, float],
+        steps: dict[str, float],
+        q_range: int,
+        noise_seed: int,
+    ) -> list[np.ndarray]:
+        """This node's encoded SecAgg+ input: clipped statistics plus noise shares.
+
+        Parameters
+        ----------
+        clients : sequence of int
+            The asked clients, in increasing id (rows of ``stats``).
+        stats : dict of str to ndarray of shape (m, ...)
+            Per-client statistics of the round (from the methods above).
+        round_name : str
+            Round label; client ``c``'s share of release ``<round_name>/<s>`` is drawn
+            from ``generator(noise_seed, "noise-share", "<round_name>/<s>", c)``.
+        share_stds, steps : dict of str to float
+            Per statistic: standard deviation of one client's share and the public
+            grid step (:mod:`fedkmeans.privacy.distributed`).
+        q_range : int
+            SecAgg+ quantization range Q.
+        noise_seed : int
+            Root of the noise shares: the node's secret ``noise-seed`` node config in
+            a deployment, the run's seed in a simulation (docs/secagg.md).
+
+        Returns
+        -------
+        list of ndarray
+            One array per statistic (in ``stats`` order), values ``2 k / Q``.
+        """
+        bounds = statistic_bounds(self.config.privacy)
+        out = []
+        for name, values in stats.items():
+            stage = f"{round_name}/{name}"
+            rngs = [generator(noise_seed, "noise-share", stage, int(c)) for c in clients]
+            total = node_contribution(
+                values, bounds[name].server_bound, bounds[name].norm, share_stds[name], rngs,
+                symmetric=name == "covariance",
+            )
+            out.append(encode(total, steps[name], q_range))
+        return out
 
     def local_centers(self, clients: Sequence[int], local_k: int) -> dict[str, np.ndarray]:
         """k-FED: each client's local k-means centers, shape (m, local_k, d). Non-private."""

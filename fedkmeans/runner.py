@@ -69,6 +69,10 @@ def run_server(
         observers.append(curious)
     server_x, _ = data_access.load_server(config)
     pool = ClientPool(grid, config.federation, observers=observers)
+    if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
+        from fedkmeans.strategies.secagg import SecAggAggregator
+
+        pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})
     t0 = time.perf_counter()
     pool.register()
     timings["register"] = time.perf_counter() - t0
@@ -76,8 +80,10 @@ def run_server(
         raise ValueError(
             f"server data has d={server_x.shape[1]} but the nodes' data has d={pool.dim}"
         )
-    if config.k > server_x.shape[0]:
-        raise ValueError(f"k={config.k} exceeds the {server_x.shape[0]} server points")
+    k_needed = config.k_max if config.k_auto else config.k
+    if k_needed > server_x.shape[0]:
+        key = "k-max" if config.k_auto else "k"
+        raise ValueError(f"{key}={k_needed} exceeds the {server_x.shape[0]} server points")
 
     ctx = ServerContext(
         checkpoint=checkpoint,
@@ -95,7 +101,8 @@ def run_server(
     evaluation = federated_metrics(pool, centers)
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    best = optimal_cost(config)
+    chosen = ctx.config  # k = auto: the strategy set the k it chose
+    best = optimal_cost(chosen)
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
 
@@ -105,7 +112,7 @@ def run_server(
     result = {
         "algorithm": config.algorithm,
         "seed": config.seed,
-        "k": config.k,
+        "k": chosen.k,
         "centers": centers.tolist(),
         "privacy": {
             "level": config.privacy.level,
@@ -114,6 +121,7 @@ def run_server(
             "target_epsilon": _number(config.privacy.epsilon if config.is_private else math.inf),
             "releases": [r.to_dict() for r in ctx.accountant.releases],
             "non_private_releases": ctx.non_private,
+            "aggregation": config.privacy.aggregation,
             "accountant": "dp-accounting PLD, add/remove one "
             + ("data point" if config.privacy.level == "datapoint" else "client"),
         },
@@ -132,6 +140,22 @@ def run_server(
         "timings": timings,
         "config": config.to_flat(),
     }
+    if config.k_auto:
+        costs = checkpoint.rounds.get("init-2", {}).get("elbow_costs")
+        result["k_selection"] = {
+            "method": "elbow (kneedle on the log cost) of weighted k-means on the "
+            "noisy-weighted projected server data",
+            "k_max": config.k_max,
+            "costs": None if costs is None else [float(c) for c in costs],
+        }
+    if pool.secagg is not None:
+        result["privacy"]["secagg"] = {
+            "noise": "distributed: each asked client adds N(0, sigma^2 / min_clients); "
+            "releases record sigma_effective = sigma * sqrt(clients_aggregated / min_clients)",
+            "neighbouring": "add/remove one data point" if config.privacy.level == "datapoint"
+            else "zero-out one client (its participation is visible to the server)",
+            "rounds": pool.secagg.rounds,
+        }
     if curious is not None:
         result["attack"] = curious.report(centers=centers, result=result)
     path = output_dir / RESULT_FILE

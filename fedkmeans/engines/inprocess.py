@@ -10,6 +10,7 @@ process isolation are skipped. Used for tests and fast sweeps.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 from collections.abc import Iterable, Mapping
@@ -97,6 +98,10 @@ class InProcessGrid(Grid):
         context = self._contexts.get(msg.metadata.dst_node_id)
         if context is None:
             return Message(Error(code=0, reason="unknown node"), reply_to=msg)
+        # Deliver a copy, as the wire would: a ClientApp (or a mod such as Flower's
+        # secaggplus_mod, which pops keys from the request) must never mutate content
+        # the server still holds or shares between messages.
+        msg = copy.deepcopy(msg)
         try:
             reply = self._client_app(msg, context)
         except Exception as exc:  # a failing client becomes an error reply, as in Flower

@@ -103,7 +103,8 @@ PRIVATE_INIT = ("feddp-kmeans",)
 def release_plan(algorithm: str, privacy: PrivacyConfig) -> list[PlannedRelease]:
     """Every noisy release an algorithm will make, with its share of the budget.
 
-    FedDP-KMeans: step 1 (covariance, Gaussian), step 2 (histogram, Laplace), step 3
+    FedDP-KMeans: step 1 (covariance, Gaussian), step 2 (histogram, Laplace; Gaussian
+    with ``privacy.aggregation = secagg``), step 3
     (sums Gaussian + counts, one cohort, one group), then T FedDP-Lloyds groups.
     The server-data baselines release only the T Lloyds groups. Weights come from
     ``privacy.split`` and ``privacy.lloyds-split`` and are normalised by the
@@ -119,14 +120,17 @@ def release_plan(algorithm: str, privacy: PrivacyConfig) -> list[PlannedRelease]
     bounds = statistic_bounds(privacy)
     q = privacy.sampling_rate
     counts_mechanism = privacy.count_noise
+    # Secure aggregation: every release is a sum of Gaussian noise shares (Laplace does
+    # not split into shares); the l2 sensitivity of a histogram is at most its l1 one.
+    histogram_mechanism = "gaussian" if privacy.aggregation == "secagg" else "laplace"
     plan: list[PlannedRelease] = []
     if algorithm in PRIVATE_INIT:
         w1, w2, w3s, w3c = privacy.split
         plan += [
             PlannedRelease("init-1/covariance", "gaussian", bounds["covariance"].sensitivity,
                            w1, q, "init-1"),
-            PlannedRelease("init-2/histogram", "laplace", bounds["histogram"].sensitivity,
-                           w2, q, "init-2"),
+            PlannedRelease("init-2/histogram", histogram_mechanism,
+                           bounds["histogram"].sensitivity, w2, q, "init-2"),
             PlannedRelease("init-3/sums", "gaussian", bounds["sums"].sensitivity,
                            w3s, q, "init-3"),
             PlannedRelease("init-3/counts", counts_mechanism, bounds["counts"].sensitivity,

@@ -3,7 +3,9 @@
 :meth:`ServerContext.release` is the single path by which client statistics become
 something the server keeps: clip every client's reply on the server, sum in client-id
 order, add the calibrated noise, and record the release in the accountant. Strategies
-never add noise themselves.
+never add noise themselves. With secure aggregation the clients clipped and added the
+noise shares, the sum arrives noisy, and ``release`` only records it (with the
+effective sigma of the summed shares) and shows observers the noisy sum.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -138,7 +140,23 @@ class ServerContext:
         -------
         ndarray
             The noisy sum, shape of one client's row.
+
+        Notes
+        -----
+        ``replies.aggregated`` (secure aggregation): the row is already the noisy sum
+        of the clients' clipped statistics and noise shares; nothing is clipped or
+        added here. The release is recorded with ``noise_scale`` = the effective sigma
+        of the summed shares (``>=`` the calibrated one), and observers get
+        ``on_release(stage, None, noisy)``: the exact sum never exists on the server.
         """
+        if replies.aggregated:
+            noisy = replies.stats[statistic][0]
+            release = replace(
+                self.releases[stage], noise_scale=replies.noise_scales[statistic]
+            )
+            self.accountant.record(release)
+            self._notify(stage, None, noisy)
+            return noisy
         values = replies.stats[statistic]
         if not self.config.is_private:
             total = values.sum(axis=0)
@@ -161,7 +179,7 @@ class ServerContext:
         self._notify(stage, total, noisy)
         return noisy
 
-    def _notify(self, stage: str, before: np.ndarray, after: np.ndarray) -> None:
+    def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
         for observer in self.observers:
             observer.on_release(stage, before, after)
 

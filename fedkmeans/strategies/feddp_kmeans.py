@@ -11,13 +11,21 @@ Server-Side Data", ICML 2025 (arXiv 2506.05408), Algorithms 1-2:
 3. Clients assign points to the nearest xi_r in the projected space and send
    per-cluster sums (original space) and counts; the server releases both and sets
    nu_r = m_r / n_r (falling back to V^T xi_r where the noisy count is too small).
+
+With ``k = auto`` step 1 keeps ``k-max`` eigenvectors and step 2 picks k by the elbow
+of the weighted k-means cost on the noisy-weighted projected server data
+(:func:`fedkmeans.clustering.elbow.choose_k`: post-processing, no extra privacy cost);
+step 3 and the Lloyds steps then use the chosen k.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from fedkmeans.clustering import centers_from_sums, top_eigenvectors, weighted_kmeans
+from fedkmeans.clustering.elbow import choose_k
 from fedkmeans.strategies.base import ServerContext, Strategy
 
 
@@ -28,7 +36,8 @@ class FedDPKMeans(Strategy):
 
     def initial_centers(self, ctx: ServerContext) -> np.ndarray:
         """Run FedDP-Init; return the (k, d) initial centers."""
-        d, k = ctx.pool.dim, ctx.k
+        d, auto = ctx.pool.dim, ctx.config.k_auto
+        k = ctx.config.k_max if auto else ctx.k  # k = auto: a k-max dimensional subspace
 
         def subspace() -> dict[str, np.ndarray]:
             replies = ctx.pool.query(
@@ -52,16 +61,27 @@ class FedDPKMeans(Strategy):
                 round_name="init-2",
             )
             weights = ctx.release(replies, "histogram", "init-2/histogram")
-            projected_centers = weighted_kmeans(
+            outputs = {}
+            chosen_k = k
+            if auto:  # post-processing of released values: no privacy cost
+                chosen_k, costs = choose_k(
+                    projected_server, weights, k, seed=ctx.int_seed("init-2", "elbow"),
+                    min_weight=ctx.config.privacy.min_server_weight,
+                )
+                outputs["elbow_costs"] = costs
+            outputs["projected_centers"] = weighted_kmeans(
                 projected_server,
                 weights,
-                k,
+                chosen_k,
                 seed=ctx.int_seed("init-2", "weighted-kmeans"),
                 min_weight=ctx.config.privacy.min_server_weight,
             )
-            return {"projected_centers": projected_centers}
+            return outputs
 
         projected_centers = ctx.round("init-2", server_point_weights)["projected_centers"]
+        if auto:  # step 3, the Lloyds steps and the evaluation use the chosen k
+            k = projected_centers.shape[0]
+            ctx.config = replace(ctx.config, k=k)
 
         def centers() -> dict[str, np.ndarray]:
             replies = ctx.pool.query(

@@ -6,6 +6,11 @@ returns per-client statistics stacked in client-id order. Replies that are error
 have the wrong shape, or contain NaN or inf are rejected and logged (never their
 values); the round goes on while at least ``federation.min-replies`` of the
 requested clients answered.
+
+With ``privacy.aggregation = secagg`` (:attr:`ClientPool.secagg` set) the protocol
+rounds go through Flower's SecAgg+ instead (:mod:`fedkmeans.strategies.secagg`): no
+per-client row ever exists on the server, and :meth:`ClientPool.query` returns (and
+shows its observers) only the noisy sums, as ``Replies(aggregated=True)``.
 """
 
 from __future__ import annotations
@@ -37,11 +42,24 @@ class Replies:
     Attributes
     ----------
     client_ids : ndarray of shape (m,)
+        Clients with a row in ``stats``; empty when ``aggregated``.
     stats : dict of str to ndarray of shape (m, ...)
+        Per-client rows, or, when ``aggregated``, one row: the noisy sum.
+    aggregated : bool
+        Secure aggregation: ``stats`` hold the sums of the clients' clipped statistics
+        plus their noise shares (already noisy); the server never saw a client's row.
+    contributors : ndarray of shape (n,) or None
+        ``aggregated`` only: the clients whose statistics are in the sums.
+    noise_scales : dict of str to float
+        ``aggregated`` only: effective standard deviation of the summed noise shares
+        of each statistic (at least the calibrated sigma).
     """
 
     client_ids: np.ndarray
     stats: dict[str, np.ndarray]
+    aggregated: bool = False
+    contributors: np.ndarray | None = None
+    noise_scales: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,6 +72,9 @@ class ClientPool:
     dim: int = 0
     rejected: list[dict] = field(default_factory=list)
     observers: list = field(default_factory=list)
+    #: :class:`~fedkmeans.strategies.secagg.SecAggAggregator` when
+    #: ``privacy.aggregation = secagg``: protocol rounds are summed with SecAgg+.
+    secagg: object | None = None
 
     # -- registration -------------------------------------------------------------
     def register(self, wait_seconds: float = 600.0) -> None:
@@ -146,7 +167,8 @@ class ClientPool:
         Returns
         -------
         Replies
-            Only the accepted clients, in increasing id.
+            Only the accepted clients, in increasing id; with secure aggregation the
+            noisy sums (``aggregated = True``, one row, no client's own values).
         """
         round_name = round_name or stage
         wanted = set(np.asarray(clients).tolist())
@@ -155,9 +177,15 @@ class ClientPool:
             mine = hosted[np.isin(hosted, list(wanted))]
             if mine.size:
                 requested[nid] = mine
-                messages[nid] = pack({"client_ids": mine, **arrays}, config)
+                if self.secagg is None:
+                    messages[nid] = pack({"client_ids": mine, **arrays}, config)
         for observer in self.observers:
             observer.on_broadcast(round_name, dict(arrays), np.asarray(sorted(wanted)))
+        if self.secagg is not None:
+            result = self.secagg.aggregate(self, stage, requested, arrays, expected, round_name)
+            for observer in self.observers:
+                observer.on_replies(round_name, result)
+            return result
         replies = self._send(messages, stage)
         ids_parts: list[np.ndarray] = []
         row_parts: dict[str, list[np.ndarray]] = {name: [] for name in expected}
