@@ -142,17 +142,44 @@ class GaussianMechanism:
         return out
 
 
+#: Clamp bound of the snapping mechanism in units of the sensitivity: every released
+#: value is clamped to ``[-B, B]`` with ``B = SNAP_CLAMP * sensitivity``.
+SNAP_CLAMP = 2.0**30
+
+#: Mironov's (2012) extra privacy cost of snapping, relative: ``2**-49 * B / sensitivity``.
+SNAP_OVERHEAD = 2.0**-49 * SNAP_CLAMP
+
+
 @dataclass(frozen=True)
 class LaplaceMechanism:
-    """Laplace mechanism: release ``f(D) + Lap(0, noise_scale)`` per entry.
+    """Laplace mechanism, floating-point safe: Mironov's snapping mechanism.
+
+    Releases ``clamp_B(snap_L(clamp_B(f(D)) + Z))`` per entry, ``Z ~ Laplace(0, b')``.
+    The textbook ``f(D) + numpy Laplace noise`` leaks through the low-order bits of
+    the double it returns (Mironov 2012; measured by ``python -m fedkmeans.audit
+    --mechanism counts --test float``: eps_LB 3.6 at a claimed 1.0). Snapping rounds the
+    noisy value to a power-of-two grid, which removes that side channel.
 
     Parameters
     ----------
     sensitivity : float
-        l1 sensitivity of ``f``, finite and > 0.
+        l1 sensitivity ``Delta`` of ``f``, finite and > 0.
     noise_scale : float
         Laplace scale ``b``, finite and >= 0 (``0`` releases the exact value). The
-        release is ``(sensitivity / b)``-DP (pure DP).
+        release is ``(Delta / b)``-DP (pure DP), the figure the accountant records.
+
+    Notes
+    -----
+    Work on the unit-sensitivity scale ``u = f / Delta`` (``lam = b' / Delta``), with
+    ``B = SNAP_CLAMP`` and ``L`` the smallest power of two ``>= lam``. Mironov's
+    Theorem 1: snapping is ``(1 + 2**-49 B) / lam``-DP for ``lam < B < 2**46 lam``. The
+    noise is inflated to ``b' = b (1 + 2**-49 B)`` (``SNAP_OVERHEAD`` = 1.9e-6) so that
+    the guarantee is exactly ``Delta / b``. Requires ``2**-16 < b / Delta < 2**30``
+    (checked). Utility: the grid adds a rounding error of at most ``L / 2 <= lam`` per
+    entry (variance ``<= L**2 / 12``), about 8% more standard deviation than plain
+    Laplace. Caveat: the proof assumes a full-precision uniform draw; numpy's Laplace
+    sampler uses 53-bit uniforms. The floating-point audit test measures what remains
+    (``tests/test_audit.py``).
     """
 
     sensitivity: float
@@ -160,14 +187,28 @@ class LaplaceMechanism:
 
     def __post_init__(self) -> None:
         _check_params(self, self.sensitivity, self.noise_scale)
+        multiplier = self.noise_scale / self.sensitivity
+        if self.noise_scale > 0.0 and not (2.0**-16 < multiplier < 2.0**30):
+            raise ValueError(
+                "LaplaceMechanism.noise_scale / sensitivity must be in (2**-16, 2**30) "
+                f"for the snapping mechanism, got {multiplier!r}"
+            )
 
     @property
     def noise_multiplier(self) -> float:
         """``noise_scale / sensitivity`` (``1 / epsilon`` of the pure-DP guarantee)."""
         return self.noise_scale / self.sensitivity
 
+    @property
+    def grid_step(self) -> float:
+        """Spacing ``L * Delta`` of the released values (0 without noise)."""
+        if self.noise_scale == 0.0:
+            return 0.0
+        lam = self.noise_multiplier * (1.0 + SNAP_OVERHEAD)
+        return float(2.0 ** math.ceil(math.log2(lam))) * self.sensitivity
+
     def add_noise(self, value: ArrayLike, rng: np.random.Generator) -> NDArray[np.floating]:
-        """Return ``value + Z`` with i.i.d. ``Z ~ Laplace(0, noise_scale)`` per entry.
+        """Return the snapped ``value + Z``, ``Z ~ Laplace(0, noise_scale)`` per entry.
 
         Parameters
         ----------
@@ -177,10 +218,16 @@ class LaplaceMechanism:
         Returns
         -------
         ndarray, same shape as ``value``
-            New float array; an exact copy when ``noise_scale == 0``.
+            New float array, every entry a multiple of :attr:`grid_step` in
+            ``[-B, B]``; an exact copy when ``noise_scale == 0``.
         """
         _check_rng(rng)
         out = _float_copy(value)
-        if self.noise_scale > 0.0:
-            out += rng.laplace(0.0, self.noise_scale, size=out.shape)
-        return out
+        if self.noise_scale == 0.0:
+            return out
+        lam = self.noise_multiplier * (1.0 + SNAP_OVERHEAD)
+        step = 2.0 ** math.ceil(math.log2(lam))
+        unit = np.clip(out / self.sensitivity, -SNAP_CLAMP, SNAP_CLAMP)
+        unit += rng.laplace(0.0, lam, size=unit.shape)
+        unit = np.clip(step * np.round(unit / step), -SNAP_CLAMP, SNAP_CLAMP)
+        return unit * self.sensitivity

@@ -1,0 +1,622 @@
+"""Privacy audit: a canary game against the real mechanisms, and a lower bound on epsilon.
+
+Command line::
+
+    python -m fedkmeans.audit --mechanism lloyds --epsilon 4 --trials 20000
+    python -m fedkmeans.audit --mechanism all --epsilon 1 --budget run
+    python -m fedkmeans.audit --mechanism covariance --epsilon 1 --under-noise
+
+The game, for one release (or one round's joint releases, e.g. a FedDP-Lloyds step's
+sums and counts):
+
+1. A fixed base dataset ``D`` (points clipped to the data radius) and a worst-case
+   **canary** point at the clipping bound, ``p = Delta e_1`` (for the symmetric
+   covariance noise the diagonal entry ``Delta^2`` is not spread over mirrored
+   entries, so ``e_1`` is the worst direction). The client statistics with (``D + p``,
+   world IN) and without the canary (``D``, world OUT) come from the real client code
+   (:mod:`fedkmeans.clustering.client_stats`).
+2. Each trial flips the world and releases the statistic with the real mechanism
+   code (:mod:`fedkmeans.privacy.mechanisms`), calibrated by
+   :func:`fedkmeans.privacy.calibration.calibrate`, with fresh noise from one explicit
+   generator.
+3. The white-box test knows both aggregates and the noise scales; it scores each
+   release by the log-likelihood ratio (the most powerful test by Neyman-Pearson) and
+   says IN when the score exceeds a threshold. The threshold is chosen on a
+   **separate** set of selection trials (the one maximising the bound there), then
+   the false positive and false negative rates are counted on the evaluation trials.
+4. With 95% (two-sided) Clopper-Pearson upper bounds ``FPR+`` and ``FNR+``::
+
+       eps_LB = max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))
+
+   Any (eps, delta)-DP mechanism has eps_LB <= eps except with probability about 5%;
+   an eps_LB above the accountant's epsilon means the noise is too small for the
+   sensitivity actually achieved (``--under-noise`` plants FACTS.md Bug 1: step-1
+   noise calibrated to Delta instead of Delta^2).
+
+Zero errors among ``n`` evaluation trials per world caps the bound at about
+``ln(1 / (1 - 0.025^(1/n)))``: 4.9 at 500 per world (1000 evaluation trials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import beta
+
+from fedkmeans.attacks.membership import release_llr, upper_triangle
+from fedkmeans.clustering.client_stats import (
+    cluster_sums_counts,
+    outer_product_sum,
+    projected_histogram,
+)
+from fedkmeans.config import PrivacyConfig
+from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.budget import release_plan
+from fedkmeans.privacy.calibration import PlannedRelease, calibrate
+from fedkmeans.privacy.clipping import clip_rows_l2
+from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+from fedkmeans.seeding import generator
+
+__all__ = [
+    "MECHANISMS",
+    "AuditResult",
+    "CanaryGame",
+    "audit",
+    "canary_game",
+    "clopper_pearson",
+    "epsilon_lower_bound",
+    "main",
+]
+
+#: What can be audited: one release, or ``lloyds`` = one FedDP-Lloyds step (sums with
+#: Gaussian noise and counts with Laplace or Gaussian noise, one cohort, jointly).
+MECHANISMS = ("covariance", "histogram", "sums", "counts", "lloyds")
+_STAGES = {
+    "covariance": ("init-1/covariance",),
+    "histogram": ("init-2/histogram",),
+    "sums": ("lloyds-1/sums",),
+    "counts": ("lloyds-1/counts",),
+    "lloyds": ("lloyds-1/sums", "lloyds-1/counts"),
+}
+BUDGETS = ("standalone", "run")
+#: White-box tests: the ideal likelihood ratio, or its textbook floating-point form.
+TESTS = ("lr", "float")
+_CHUNK = 512
+
+
+def _check_int(name: str, value: int, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_epsilon(epsilon: float) -> float:
+    if isinstance(epsilon, bool) or not (
+        isinstance(epsilon, (int, float, np.floating)) and 0 < epsilon <= 100
+    ):
+        raise ValueError(f"epsilon must be a finite float in (0, 100], got {epsilon!r}")
+    return float(epsilon)
+
+
+def _check_delta(delta: float) -> float:
+    if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+# -- statistics: Clopper-Pearson and the epsilon lower bound ---------------------------
+def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Clopper-Pearson interval for a binomial proportion.
+
+    Parameters
+    ----------
+    successes : int
+        Observed count, in [0, n].
+    n : int
+        Number of trials, >= 1.
+    confidence : float
+        In (0, 1); each side gets ``(1 - confidence) / 2``.
+
+    Returns
+    -------
+    (lower, upper) : tuple of float
+    """
+    n = _check_int("n", n, 1)
+    if isinstance(successes, bool) or not isinstance(successes, (int, np.integer)) or not (
+        0 <= successes <= n
+    ):
+        raise ValueError(f"successes must be an integer in [0, n={n}], got {successes!r}")
+    if not (isinstance(confidence, float) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
+    alpha = 1.0 - confidence
+    lower = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
+    upper = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
+    return lower, upper
+
+
+def _cp_upper(successes: np.ndarray, n: int, confidence: float) -> np.ndarray:
+    alpha = 1.0 - confidence
+    k = np.asarray(successes, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        upper = beta.ppf(1 - alpha / 2, k + 1, n - k)
+    return np.where(k >= n, 1.0, upper)
+
+
+def _bound_from_rates(fpr_upper, fnr_upper, delta: float):
+    fpr_upper, fnr_upper = np.asarray(fpr_upper, float), np.asarray(fnr_upper, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(
+            (1 - delta - fpr_upper > 0) & (fnr_upper > 0),
+            np.log((1 - delta - fpr_upper) / fnr_upper), -np.inf,
+        )
+        b = np.where(
+            (1 - delta - fnr_upper > 0) & (fpr_upper > 0),
+            np.log((1 - delta - fnr_upper) / fpr_upper), -np.inf,
+        )
+    return np.maximum(0.0, np.maximum(a, b))
+
+
+def epsilon_lower_bound(
+    false_positives: int, n_out: int, false_negatives: int, n_in: int, delta: float,
+    confidence: float = 0.95,
+) -> float:
+    """eps_LB from the error counts of one threshold test (FACTS.md, "Auditing").
+
+    Parameters
+    ----------
+    false_positives : int
+        OUT trials the test called IN, in [0, n_out].
+    n_out : int
+        OUT (canary absent) trials, >= 1.
+    false_negatives : int
+        IN trials the test called OUT, in [0, n_in].
+    n_in : int
+        IN (canary present) trials, >= 1.
+    delta : float
+        The mechanism's delta, in (0, 1).
+    confidence : float
+        Of each two-sided Clopper-Pearson interval (0.95).
+
+    Returns
+    -------
+    float
+        ``max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))`` with the
+        upper Clopper-Pearson bounds ``FPR+`` and ``FNR+``.
+    """
+    delta = _check_delta(delta)
+    fpr_upper = clopper_pearson(false_positives, n_out, confidence)[1]
+    fnr_upper = clopper_pearson(false_negatives, n_in, confidence)[1]
+    return float(_bound_from_rates(fpr_upper, fnr_upper, delta))
+
+
+# -- the canary game ------------------------------------------------------------------
+@dataclass(frozen=True)
+class CanaryGame:
+    """One audited mechanism: the ledger entries and the two worlds' exact aggregates.
+
+    Attributes
+    ----------
+    mechanism : str
+        One of :data:`MECHANISMS`.
+    releases : tuple of Release
+        The releases as the ledger records them (claimed sensitivity, noise scale).
+    aggregate_in, aggregate_out : dict of str to ndarray
+        Per stage: the exact statistic of ``D + canary`` and of ``D``.
+    """
+
+    mechanism: str
+    releases: tuple[Release, ...]
+    aggregate_in: dict
+    aggregate_out: dict
+
+    def accountant_epsilon_at(self, delta: float) -> float:
+        """Epsilon the PLD accountant reports for :attr:`releases` at ``delta``."""
+        acc = PrivacyAccountant()
+        for r in self.releases:
+            acc.record(r)
+        return acc.get_epsilon(delta)
+
+    def canary_norms(self) -> dict[str, float]:
+        """Actual size of the canary's change per stage (l2; l1 for Laplace releases)."""
+        out = {}
+        for r in self.releases:
+            diff = self.aggregate_in[r.stage] - self.aggregate_out[r.stage]
+            if r.stage.endswith("covariance"):
+                diff = diff[np.triu_indices(diff.shape[0])]
+            order = 1 if r.mechanism == "laplace" else 2
+            out[r.stage] = float(np.linalg.norm(diff.ravel(), ord=order))
+        return out
+
+    def scores(
+        self, world_in: bool, trials: int, rng: np.random.Generator, test: str = "lr"
+    ) -> np.ndarray:
+        """Scores of ``trials`` releases in one world (high = IN).
+
+        ``test="lr"``: the log-likelihood ratio of the ideal mechanism, computed without
+        floating-point atoms (:func:`fedkmeans.attacks.membership.release_llr`).
+        ``test="float"``: the same ratio in its textbook floating-point form, which also
+        picks up the low-order bits of the release (a floating-point side channel).
+        """
+        if test not in TESTS:
+            raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+        score = release_llr if test == "lr" else _float_llr
+        out = np.zeros(trials)
+        done = 0
+        while done < trials:
+            n = min(_CHUNK, trials - done)
+            for r in self.releases:
+                value = (self.aggregate_in if world_in else self.aggregate_out)[r.stage]
+                symmetric = r.stage.endswith("covariance")
+                if r.mechanism == "gaussian":
+                    mech = GaussianMechanism(r.sensitivity, r.noise_scale)
+                else:
+                    mech = LaplaceMechanism(r.sensitivity, r.noise_scale)
+                if symmetric:
+                    noisy = np.stack([mech.add_symmetric_noise(value, rng) for _ in range(n)])
+                else:
+                    noisy = mech.add_noise(np.broadcast_to(value, (n, *value.shape)), rng)
+                out[done:done + n] += score(
+                    r.mechanism, r.noise_scale, noisy, self.aggregate_in[r.stage],
+                    self.aggregate_out[r.stage], symmetric=symmetric,
+                )
+            done += n
+        return out
+
+
+def _float_llr(
+    mechanism: str, noise_scale: float, y: np.ndarray, mean_in: np.ndarray,
+    mean_out: np.ndarray, *, symmetric: bool = False,
+) -> np.ndarray:
+    """Textbook floating-point log-likelihood ratio on the coordinates the canary changes.
+
+    Mathematically equal to :func:`~fedkmeans.attacks.membership.release_llr`; in
+    floating point its value depends on the low-order bits of the release, so a
+    threshold test on it also reads them.
+    """
+    if symmetric:
+        y, mean_in, mean_out = (upper_triangle(v) for v in (y, mean_in, mean_out))
+    y = np.asarray(y).reshape(len(y), -1)
+    a, b = np.ravel(mean_in), np.ravel(mean_out)
+    changed = np.flatnonzero(a != b)
+    y, a, b = y[:, changed], a[changed], b[changed]
+    if mechanism == "gaussian":
+        return (((y - b) ** 2).sum(axis=1) - ((y - a) ** 2).sum(axis=1)) / (2 * noise_scale**2)
+    return (np.abs(y - b).sum(axis=1) - np.abs(y - a).sum(axis=1)) / noise_scale
+
+
+def _planned(
+    mechanism: str, privacy: PrivacyConfig, budget: str, under_noise: bool
+) -> list[PlannedRelease]:
+    plan = release_plan("feddp-kmeans", privacy)
+    if under_noise:  # FACTS.md Bug 1: step-1 sensitivity Delta instead of Delta^2
+        plan = [
+            PlannedRelease(p.stage, p.mechanism, privacy.data_radius, p.weight,
+                           p.sampling_rate, p.group)
+            if p.stage == "init-1/covariance" else p
+            for p in plan
+        ]
+    if budget == "standalone":
+        plan = [p for p in plan if p.stage in _STAGES[mechanism]]
+    return plan
+
+
+def canary_game(
+    mechanism: str,
+    *,
+    epsilon: float,
+    delta: float = 1e-6,
+    data_radius: float = 11.0,
+    dim: int = 20,
+    k: int = 10,
+    base_points: int = 50,
+    count_noise: str = "laplace",
+    budget: str = "standalone",
+    under_noise: bool = False,
+    seed: int = 0,
+) -> CanaryGame:
+    """Build the canary game of one mechanism with calibrated noise.
+
+    Parameters
+    ----------
+    mechanism : {"covariance", "histogram", "sums", "counts", "lloyds"}
+    epsilon : float
+        Target epsilon in (0, 100]: of the mechanism alone (``budget="standalone"``)
+        or of a whole FedDP-KMeans run with one Lloyd step (``budget="run"``, the
+        audited stage then gets its share of the paper's split).
+    delta : float
+        In (0, 1).
+    data_radius : float
+        Delta: points are clipped to it; the canary sits on it. > 0.
+    dim, k : int
+        Dimension (>= 1) and number of clusters (>= 1) of the audited statistics.
+    base_points : int
+        Size of the fixed dataset D (>= 1).
+    count_noise : {"laplace", "gaussian"}
+    budget : {"standalone", "run"}
+    under_noise : bool
+        Calibrate the step-1 noise to Delta instead of Delta^2 (a planted bug).
+    seed : int
+        Root seed (>= 0) of D, the centers, the basis and the server points.
+
+    Returns
+    -------
+    CanaryGame
+    """
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
+    if count_noise not in ("laplace", "gaussian"):
+        raise ValueError(f"count_noise must be one of ('laplace', 'gaussian'), got {count_noise!r}")
+    if under_noise and mechanism != "covariance":
+        raise ValueError(
+            f"under_noise plants the step-1 bug and needs mechanism='covariance', got {mechanism!r}"
+        )
+    epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
+    if not (isinstance(data_radius, (int, float)) and math.isfinite(data_radius)
+            and data_radius > 0):
+        raise ValueError(f"data_radius must be a finite float > 0, got {data_radius!r}")
+    dim, k = _check_int("dim", dim, 1), _check_int("k", k, 1)
+    base_points, seed = _check_int("base_points", base_points, 1), _check_int("seed", seed, 0)
+
+    privacy = PrivacyConfig(
+        epsilon=epsilon, delta=delta, data_radius=float(data_radius), count_noise=count_noise,
+        lloyds_steps=1,
+    )
+    plan = _planned(mechanism, privacy, budget, under_noise)
+    calibrated = {r.stage: r for r in calibrate(plan, epsilon=epsilon, delta=delta)}
+    releases = tuple(calibrated[s] for s in _STAGES[mechanism])
+
+    rng = generator(seed, "audit", "data")
+    base = clip_rows_l2(rng.normal(0.5, 1.0, size=(base_points, dim)), data_radius)
+    canary = np.zeros((1, dim))
+    canary[0, 0] = data_radius
+    with_canary = np.vstack([base, canary])
+    centers = rng.normal(0.5, 1.0, size=(k, dim))
+    basis = np.linalg.qr(rng.normal(size=(dim, min(k, dim))))[0].T
+    projected_server = rng.normal(size=(max(k, 5), dim)) @ basis.T
+
+    def stats(points: np.ndarray) -> dict[str, np.ndarray]:
+        sums, counts = cluster_sums_counts(points, centers)
+        return {
+            "init-1/covariance": outer_product_sum(points),
+            "init-2/histogram": projected_histogram(points, basis, projected_server),
+            "lloyds-1/sums": sums,
+            "lloyds-1/counts": counts,
+        }
+
+    agg_in, agg_out = stats(with_canary), stats(base)
+    keep = _STAGES[mechanism]
+    return CanaryGame(
+        mechanism, releases, {s: agg_in[s] for s in keep}, {s: agg_out[s] for s in keep}
+    )
+
+
+# -- the audit -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AuditResult:
+    """Outcome of one audit (all rates on the evaluation trials).
+
+    Attributes
+    ----------
+    mechanism, budget : str
+    accountant_epsilon : float
+        The PLD accountant's epsilon for the audited releases.
+    epsilon_lb : float
+        The 95% Clopper-Pearson lower bound on the true epsilon.
+    delta : float
+    trials_selection, trials_evaluation : int
+        Trials used to choose the threshold, and to count errors (half IN, half OUT).
+    threshold : float
+        Log-likelihood ratio above which the test says IN.
+    false_positives, false_negatives : int
+    fpr_upper, fnr_upper : float
+        Clopper-Pearson upper bounds.
+    stages : dict
+        Per release: claimed sensitivity, noise scale, and the canary's actual change.
+    under_noise : bool
+    test : str
+        ``lr`` or ``float`` (see :func:`audit`).
+    seconds : float
+    """
+
+    mechanism: str
+    budget: str
+    accountant_epsilon: float
+    epsilon_lb: float
+    delta: float
+    trials_selection: int
+    trials_evaluation: int
+    threshold: float
+    false_positives: int
+    false_negatives: int
+    fpr_upper: float
+    fnr_upper: float
+    stages: dict
+    under_noise: bool
+    test: str
+    seconds: float
+
+
+def _choose_threshold(
+    scores_in: np.ndarray, scores_out: np.ndarray, delta: float, confidence: float
+) -> float:
+    """The threshold that maximises eps_LB on (selection) scores; "score > t" says IN."""
+    values = np.unique(np.concatenate([scores_in, scores_out]))
+    if values.size == 1:
+        return float(values[0])
+    cuts = (values[:-1] + values[1:]) / 2.0
+    if cuts.size > 4000:  # keep both tails fully, thin the middle
+        idx = np.unique(np.concatenate([
+            np.arange(500), np.linspace(0, cuts.size - 1, 3000).astype(int),
+            np.arange(cuts.size - 500, cuts.size),
+        ]))
+        cuts = cuts[idx]
+    s_in, s_out = np.sort(scores_in), np.sort(scores_out)
+    fn = np.searchsorted(s_in, cuts, side="right")  # IN trials with score <= t
+    fp = s_out.size - np.searchsorted(s_out, cuts, side="right")
+    bounds = _bound_from_rates(
+        _cp_upper(fp, s_out.size, confidence), _cp_upper(fn, s_in.size, confidence), delta
+    )
+    return float(cuts[int(np.argmax(bounds))])
+
+
+def audit(
+    mechanism: str,
+    *,
+    epsilon: float,
+    delta: float = 1e-6,
+    trials: int = 2000,
+    select_fraction: float = 0.5,
+    seed: int = 0,
+    confidence: float = 0.95,
+    test: str = "lr",
+    **game_kwargs,
+) -> AuditResult:
+    """Run the canary game ``trials`` times and bound epsilon from below.
+
+    Parameters
+    ----------
+    mechanism : {"covariance", "histogram", "sums", "counts", "lloyds"}
+    epsilon, delta : float
+        Target of the calibration (see :func:`canary_game`).
+    trials : int
+        Total trials (>= 8), split into selection and evaluation sets, each half IN
+        and half OUT.
+    select_fraction : float
+        Share of the trials used only to choose the threshold, in (0, 1).
+    seed : int
+        Root seed (>= 0): the data of the game and every noise draw.
+    confidence : float
+        Of the Clopper-Pearson intervals.
+    test : {"lr", "float"}
+        ``lr``: the optimal test of the ideal (real-valued) mechanism; ``float``: the
+        same ratio computed naively in floating point, which also exploits the
+        low-order bits of the released doubles.
+    **game_kwargs
+        ``data_radius``, ``dim``, ``k``, ``base_points``, ``count_noise``, ``budget``,
+        ``under_noise`` of :func:`canary_game`.
+
+    Returns
+    -------
+    AuditResult
+    """
+    start = time.perf_counter()
+    trials = _check_int("trials", trials, 8)
+    if not (isinstance(select_fraction, float) and 0 < select_fraction < 1):
+        raise ValueError(f"select_fraction must be a float in (0, 1), got {select_fraction!r}")
+    if test not in TESTS:
+        raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+    game = canary_game(mechanism, epsilon=epsilon, delta=delta, seed=seed, **game_kwargs)
+    n_select = max(2, int(round(trials * select_fraction)) // 2)
+    n_eval = max(2, (trials - 2 * n_select) // 2)
+    rng = generator(seed, "audit", "noise", mechanism)
+    select_in = game.scores(True, n_select, rng, test)
+    select_out = game.scores(False, n_select, rng, test)
+    threshold = _choose_threshold(select_in, select_out, delta, confidence)
+    eval_in, eval_out = game.scores(True, n_eval, rng, test), game.scores(False, n_eval, rng, test)
+    fp = int((eval_out > threshold).sum())
+    fn = int((eval_in <= threshold).sum())
+    norms = game.canary_norms()
+    stages = {
+        r.stage: {
+            "mechanism": r.mechanism,
+            "claimed_sensitivity": r.sensitivity,
+            "canary_change": norms[r.stage],
+            "noise_scale": r.noise_scale,
+        }
+        for r in game.releases
+    }
+    return AuditResult(
+        mechanism=mechanism,
+        budget=game_kwargs.get("budget", "standalone"),
+        accountant_epsilon=game.accountant_epsilon_at(delta),
+        epsilon_lb=epsilon_lower_bound(fp, n_eval, fn, n_eval, delta, confidence),
+        delta=delta,
+        trials_selection=2 * n_select,
+        trials_evaluation=2 * n_eval,
+        threshold=threshold,
+        false_positives=fp,
+        false_negatives=fn,
+        fpr_upper=clopper_pearson(fp, n_eval, confidence)[1],
+        fnr_upper=clopper_pearson(fn, n_eval, confidence)[1],
+        stages=stages,
+        under_noise=bool(game_kwargs.get("under_noise", False)),
+        test=test,
+        seconds=time.perf_counter() - start,
+    )
+
+
+# -- command line ------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fedkmeans.audit",
+        description="Canary-game privacy audit: empirical lower bound eps_LB next to the "
+        "accountant's epsilon for the same mechanism.",
+    )
+    p.add_argument("--mechanism", "--stage", default="lloyds", choices=(*MECHANISMS, "all"),
+                   help="release to audit; lloyds = one FedDP-Lloyds step (sums + counts)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="target epsilon in (0, 100]")
+    p.add_argument("--delta", type=float, default=1e-6, help="delta in (0, 1)")
+    p.add_argument("--trials", type=int, default=2000,
+                   help="total trials (selection + evaluation, half IN / half OUT each)")
+    p.add_argument("--select-fraction", type=float, default=0.5,
+                   help="share of the trials used only to choose the threshold")
+    p.add_argument("--seed", type=int, default=0, help="root seed (>= 0)")
+    p.add_argument("--budget", choices=BUDGETS, default="standalone",
+                   help="standalone: the mechanism alone meets epsilon; run: its share of a "
+                   "FedDP-KMeans run (paper split, one Lloyd step) with total epsilon")
+    p.add_argument("--data-radius", type=float, default=11.0, help="clipping bound Delta")
+    p.add_argument("--dim", type=int, default=20, help="dimension of the statistics")
+    p.add_argument("--k", type=int, default=10, help="number of clusters")
+    p.add_argument("--count-noise", choices=("laplace", "gaussian"), default="laplace")
+    p.add_argument("--under-noise", action="store_true",
+                   help="plant FACTS.md Bug 1: step-1 noise calibrated to Delta, not Delta^2")
+    p.add_argument("--test", choices=TESTS, default="lr",
+                   help="lr: optimal test of the ideal mechanism; float: the textbook "
+                   "floating-point ratio, which also reads the low-order bits of the release")
+    p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> list[AuditResult]:
+    """Parse ``argv``, run the audits, print eps_LB next to the accountant's epsilon."""
+    args = _parser().parse_args(argv)
+    mechanisms = MECHANISMS if args.mechanism == "all" else (args.mechanism,)
+    results = []
+    if not args.json:
+        print(f"{'mechanism':<11} {'budget':<10} {'accountant eps':>14} {'eps_LB':>7} "
+              f"{'FP/n':>11} {'FN/n':>11} {'trials sel+eval':>16} {'s':>6}")
+    for mechanism in mechanisms:
+        result = audit(
+            mechanism, epsilon=args.epsilon, delta=args.delta, trials=args.trials,
+            select_fraction=args.select_fraction, seed=args.seed, budget=args.budget,
+            data_radius=args.data_radius, dim=args.dim, k=args.k,
+            count_noise=args.count_noise, under_noise=args.under_noise, test=args.test,
+        )
+        results.append(result)
+        if args.json:
+            print(json.dumps(asdict(result)))
+        else:
+            half = result.trials_evaluation // 2
+            flag = "  <-- eps_LB exceeds the accountant" if (
+                result.epsilon_lb > result.accountant_epsilon) else ""
+            print(
+                f"{mechanism:<11} {result.budget:<10} {result.accountant_epsilon:>14.4f} "
+                f"{result.epsilon_lb:>7.3f} {result.false_positives:>5}/{half:<5} "
+                f"{result.false_negatives:>5}/{half:<5} "
+                f"{result.trials_selection:>7}+{result.trials_evaluation:<8} "
+                f"{result.seconds:>6.1f}{flag}"
+            )
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
