@@ -1,0 +1,301 @@
+"""Flower ServerApp of the vertical protocol (and the curious server's attack).
+
+:func:`run_vertical` registers the H parties, runs the iterations (send the label
+history, receive every party's defended report, decode, sum, assign), accounts the
+per-sample privacy of the reports, runs the non-private evaluation with the label
+holder, optionally reconstructs one party's slice from what the server saw, and
+writes ``result.json``. Logs carry counts and timings only, never client values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Context, Message
+from flwr.serverapp import Grid, ServerApp
+
+from fedkmeans.seeding import generator
+from fedkmeans.vertical.accounting import per_sample_account
+from fedkmeans.vertical.attack import known_centers_attack, unknown_centers_attack
+from fedkmeans.vertical.config import VerticalConfig, parse_vertical_config
+from fedkmeans.vertical.defence import decode, report_noise_variance
+from fedkmeans.vertical.metrics import adjusted_rand_index, f_measure
+from fedkmeans.vertical.protocol import assign, initial_center_ids, random_initial_centers
+from fedkmeans.wire import pack, unpack
+
+LOG = logging.getLogger(__name__)
+
+app = ServerApp()
+
+RESULT_FILE = "result.json"
+NOTE = ("metrics and attack scores are non-private evaluation: computed by the parties on "
+        "their raw data in extra rounds, outside the protocol")
+
+
+class VerticalError(RuntimeError):
+    """The federation cannot run the vertical protocol (missing party, bad reply)."""
+
+
+def _log_through_flower() -> None:
+    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
+    if ours.level == logging.NOTSET:  # keep a level the caller chose (sweeps: WARNING)
+        ours.setLevel(logging.INFO)
+    for handler in flower.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = not flower.handlers
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the configured vertical protocol on the connected SuperNodes."""
+    _log_through_flower()
+    run_vertical(grid, parse_vertical_config(context.run_config), run_id=context.run_id)
+
+
+class _Parties:
+    """Grid I/O: one node per party, one message per party per round."""
+
+    def __init__(self, grid: Grid, config: VerticalConfig) -> None:
+        self.grid, self.config = grid, config
+        self.nodes: dict[int, int] = {}     # party -> node id
+        self.n = 0
+        self.dims: dict[int, int] = {}
+        self.label_holder: int | None = None
+
+    def _send(self, stage: str, contents: dict[int, object]) -> dict[int, tuple[dict, dict]]:
+        messages = [Message(content, dst_node_id=nid, message_type=f"query.{stage}",
+                            group_id=stage) for nid, content in contents.items()]
+        out: dict[int, tuple[dict, dict]] = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.config.round_timeout):
+            nid = reply.metadata.src_node_id
+            if reply.has_error():
+                raise VerticalError(f"round '{stage}': node {nid} failed: {reply.error.reason}")
+            out[nid] = unpack(reply.content)
+        missing = sorted(set(contents) - set(out))
+        if missing:
+            raise VerticalError(f"round '{stage}': no reply from node(s) {missing} within "
+                                f"round-timeout={self.config.round_timeout} s")
+        return out
+
+    def register(self) -> None:
+        wanted = self.config.parties
+        deadline = time.monotonic() + self.config.round_timeout
+        node_ids = sorted(self.grid.get_node_ids())
+        while len(node_ids) < wanted:
+            if time.monotonic() > deadline:
+                raise VerticalError(f"only {len(node_ids)} of parties={wanted} nodes connected")
+            time.sleep(1.0)
+            node_ids = sorted(self.grid.get_node_ids())
+        replies = self._send("register", {nid: pack({}) for nid in node_ids})
+        sizes = {}
+        for nid, (_, info) in replies.items():
+            party = int(info["party"])
+            if not 0 <= party < wanted:
+                continue  # a node beyond the configured parties takes no part
+            if party in self.nodes:
+                raise VerticalError(f"party {party} announced by nodes {self.nodes[party]} "
+                                    f"and {nid}")
+            self.nodes[party] = nid
+            sizes[party] = int(info["n"])
+            self.dims[party] = int(info["dim"])
+            if info.get("labels"):
+                self.label_holder = party
+        missing = sorted(set(range(wanted)) - set(self.nodes))
+        if missing:
+            raise VerticalError(f"no node announced party/parties {missing}")
+        if len(set(sizes.values())) != 1:
+            raise VerticalError(f"parties disagree on the number of samples: {sizes}")
+        self.n = next(iter(sizes.values()))
+        if not 2 <= self.config.k <= self.n:
+            raise VerticalError(f"config key 'k' must be in [2, n={self.n}], got {self.config.k}")
+        LOG.info("registered %d parties, n=%d, dims=%s", wanted, self.n,
+                 [self.dims[p] for p in range(wanted)])
+
+    def ask(self, stage: str, arrays: dict, settings: dict | None = None,
+            parties: list[int] | None = None) -> dict[int, tuple[dict, dict]]:
+        parties = list(range(self.config.parties)) if parties is None else parties
+        replies = self._send(stage, {self.nodes[p]: pack(arrays, settings) for p in parties})
+        by_node = {nid: p for p, nid in self.nodes.items()}
+        return {by_node[nid]: reply for nid, reply in replies.items()}
+
+
+def _decoded(config: VerticalConfig, party: int, arrays: dict, settings: dict, n: int):
+    report = arrays.get("report")
+    if report is None or report.shape != (n, config.k):
+        found = None if report is None else report.shape
+        raise VerticalError(f"party {party}: report has shape {found}, expected {(n, config.k)}")
+    if config.defence in ("discretise", "full"):
+        scale = float(settings.get("scale", -1.0))
+        if not (math.isfinite(scale) and scale >= 0):
+            raise VerticalError(f"party {party}: invalid discretisation scale")
+        if report.min() < 0 or report.max() >= config.levels:
+            raise VerticalError(f"party {party}: levels outside [0, {config.levels})")
+        return decode(report, config.levels, scale)
+    values = report.astype(np.float64)
+    if not np.isfinite(values).all():
+        raise VerticalError(f"party {party}: report contains NaN or inf")
+    return values
+
+
+def _privacy(config: VerticalConfig, iterations: int) -> dict:
+    reports = config.k * iterations
+    out: dict = {
+        "defence": config.defence,
+        "reports_per_sample_per_party": reports,
+        "party_noise": "run seed unless the node config sets a secret noise-seed",
+        "non_private_releases": [],
+    }
+    if config.defence in ("discretise", "full") and config.bound == 0:
+        out["non_private_releases"].append(
+            "each party's discretisation scale (its largest fused distance) every iteration")
+    if config.defence != "full":
+        out["epsilon_per_sample"] = math.inf
+        return out
+    out["per_party_slice"] = per_sample_account(
+        mechanism=config.mechanism, epsilon=config.epsilon, levels=config.levels,
+        l_ratio=config.l_ratio, reports=reports, delta=config.delta)
+    out["per_record"] = per_sample_account(
+        mechanism=config.mechanism, epsilon=config.epsilon, levels=config.levels,
+        l_ratio=config.l_ratio, reports=reports * config.parties, delta=config.delta,
+        use_pld=False)
+    out["epsilon_per_sample"] = out["per_party_slice"]["actual"]["exact"]
+    return out
+
+
+#: What the server knows of a feature after the parties' public scaling: (mean, variance).
+PRIORS = {"standard": (0.0, 1.0), "minmax": (0.5, 1.0 / 12.0), "none": None}
+
+
+def _attack(config, parties: _Parties, observed: list, scales: list, history: list) -> dict:
+    party, dim = config.attack_party, parties.dims[config.attack_party]
+    stack = np.stack(observed)
+    labels = np.stack(history)
+    noise = np.array([report_noise_variance(
+        defence=config.defence, levels=config.levels, epsilon=config.epsilon,
+        l_ratio=config.l_ratio, mechanism=config.mechanism, scale=s) for s in scales])
+    if config.attack == "known":
+        initial = random_initial_centers(config.seed, party, config.k, dim)
+        prior = PRIORS[config.scale]
+        estimates = {
+            "iteration-0": known_centers_attack(stack, labels, initial, 0, noise, prior),
+            "all-iterations": known_centers_attack(stack, labels, initial, 5, noise, prior),
+        }
+    else:
+        fused = config.defence != "none"
+        estimates = {"isometry": unknown_centers_attack(stack, dim, fused=fused)}
+    (arrays, _), = parties.ask("attack_eval", {"estimates": np.stack(list(estimates.values()))},
+                               parties=[party]).values()
+    scores = {}
+    for j, name in enumerate(estimates):
+        aligned = config.attack == "unknown"
+        scores[name] = {
+            "rmse": float(arrays["rmse_aligned" if aligned else "rmse"][j]),
+            "within_10pct": float(arrays["within_aligned" if aligned else "within"][j]),
+            "aligned": "procrustes" if aligned else "none",
+        }
+    return {"mode": config.attack, "party": party, "party_dim": dim, "k": config.k,
+            "iterations_seen": len(observed), "estimates": scores}
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    return value
+
+
+def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -> dict:
+    """Run the vertical protocol on ``grid``; write and return ``result.json``'s content.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    config : VerticalConfig
+        Already validated.
+    run_id : int or str
+        Names the default output directory.
+
+    Returns
+    -------
+    dict
+    """
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    parties = _Parties(grid, config)
+    parties.register()
+    timings["register"] = time.perf_counter() - start
+
+    base: dict = {}
+    if config.init == "samples":
+        base["center_ids"] = initial_center_ids(config.seed, parties.n, config.k)
+    discretised = config.defence in ("discretise", "full")
+    history: list[np.ndarray] = []
+    observed: list[np.ndarray] = []
+    scales: list[float] = []
+    t0 = time.perf_counter()
+    for t in range(config.iterations):
+        arrays = {**base, "history": np.stack(history) if history
+                  else np.zeros((0, parties.n), dtype=np.int64)}
+        replies = parties.ask("distances", arrays, {"iteration": t})
+        total = np.zeros((parties.n, config.k))
+        for party in range(config.parties):
+            values = _decoded(config, party, *replies[party], parties.n)
+            total += values
+            if config.attack != "none" and party == config.attack_party:
+                observed.append(values)
+                scales.append(float(replies[party][1].get("scale", -1.0)))
+        rng = generator(config.seed, "vertical", "ties", t) if discretised else None
+        labels = assign(total, rng)
+        changed = int((labels != history[-1]).sum()) if history else parties.n
+        history.append(labels)
+        LOG.debug("iteration %d: %d labels changed", t, changed)
+        if config.stop_when_stable and changed == 0:
+            break
+    timings["iterations"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    metrics: dict = {"note": NOTE}
+    if parties.label_holder is not None:
+        (arrays, _), = parties.ask("evaluate", {"labels": history[-1]},
+                                   parties=[parties.label_holder]).values()
+        table = arrays["table"]
+        metrics.update(f_measure=f_measure(table), ari=adjusted_rand_index(table),
+                       table=table.tolist())
+    attack = None
+    if config.attack != "none":
+        attack = _attack(config, parties, observed, scales, history)
+    timings["evaluate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    privacy = _privacy(config, len(history))
+    timings["accounting"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - start
+
+    result = _jsonable({
+        "protocol": "vertical-kmeans",
+        "dataset": config.dataset, "seed": config.seed, "k": config.k,
+        "parties": config.parties, "n": parties.n,
+        "party_dims": [parties.dims[p] for p in range(config.parties)],
+        "iterations_run": len(history),
+        "converged": len(history) >= 2 and bool(np.array_equal(history[-1], history[-2])),
+        "labels": history[-1].tolist(),
+        "privacy": privacy, "metrics": metrics, "attack": attack,
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+        "config": config.to_flat(),
+    })
+    output_dir = Path(config.output_dir or Path.home() / ".fedkmeans" / "vertical" / str(run_id))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    LOG.info("wrote %s (%d iterations, %.2f s)", output_dir / RESULT_FILE, len(history),
+             timings["total"])
+    return result
