@@ -1,0 +1,186 @@
+"""Deployment with real processes: SuperLink + 3 SuperNodes on localhost, TLS + node auth.
+
+One module-scoped deployment (prepared with the CLI, started with `fedkmeans.deploy.up`)
+serves the end-to-end run and the refused-key test; the insecure test starts its own.
+Everything is stopped by PID and the tests assert that no process carrying the
+deployment's marker is left. Each deployment round costs several seconds (nodes poll
+every 3 s and start a fresh ClientApp process per message), so the run is kept to
+FedDP-KMeans with T = 0 on a tiny mixture (5 rounds).
+"""
+
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedkmeans import deploy
+from fedkmeans.data.npz import load_npz
+from fedkmeans.engines.flower import free_port, processes_with_env
+from fedkmeans.experiment import run_flat
+
+MIXTURE = {
+    "seed": 0,
+    "data.dim": 8,
+    "data.components": 4,
+    "data.num-clients": 12,
+    "data.points-per-client": 40,
+    "data.server-points-per-component": 10,
+    "data.server-uniform-points": 10,
+}
+RUN = {
+    "k": 4,
+    "seed": 0,
+    "privacy.epsilon": 1.0,
+    "privacy.data-radius": 4.0,
+    "privacy.max-points-per-client": 40,
+}
+
+
+def _leftovers(root: Path) -> list[int]:
+    return processes_with_env(deploy.MARKER, str(deploy.Layout(root).root))
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deployment")
+    mixture = [f"{k}={v}" for k, v in MIXTURE.items()]
+    assert deploy.main(["prepare", str(root), "--nodes", "3", "--mixture", *mixture]) == 0
+    cache = tmp_path_factory.getbasetemp() / "fedkmeans-cache"
+    try:
+        started = time.monotonic()
+        state = deploy.up(root, timeout=240, extra_env={"FEDKMEANS_CACHE_DIR": str(cache)})
+        state["up_seconds"] = time.monotonic() - started
+        yield root, state
+    finally:
+        deploy.down(root)
+        assert _leftovers(root) == []
+        assert not deploy.Layout(root).state.exists()
+
+
+# -- no processes ---------------------------------------------------------------------------
+def test_split_assigns_every_client_to_exactly_one_node(tmp_path):
+    x = np.arange(40, dtype=float).reshape(20, 2)
+    client = np.repeat(np.arange(10, 20), 2)
+    arrays = {"x": x, "client": client, "server_x": np.ones((3, 2)), "y": None,
+              "server_y": None}
+    nodes, server = deploy.split_dataset(arrays, 3, tmp_path, server_data="public")
+    hosted = [load_npz(p).client_ids().tolist() for p in nodes]
+    assert hosted == [[10, 13, 16, 19], [11, 14, 17], [12, 15, 18]]  # i-th id -> node i mod 3
+    assert sorted(sum(hosted, [])) == list(range(10, 20))
+    assert load_npz(server).x.shape == (3, 2)  # public: only the server points
+    with pytest.raises(ValueError, match="num_nodes must be in"):
+        deploy.split_dataset(arrays, 11, tmp_path)
+
+
+def test_commands_and_bad_inputs_are_named(tmp_path):
+    with pytest.raises(ValueError, match="must not contain quotes"):
+        deploy.node_config(0, 1, "/tmp/it's.npz")
+    with pytest.raises(deploy.DeploymentError, match="inside the app directory"):
+        deploy.prepare(deploy.PROJECT_DIR / "deploy-here", 2)
+    with pytest.raises(deploy.DeploymentError, match="run `prepare` first"):
+        deploy.up(tmp_path / "nothing")
+    assert deploy.parse_overrides(["privacy.epsilon=inf", "algorithm=kfed", "k=4"]) == {
+        "privacy.epsilon": math.inf, "algorithm": "kfed", "k": 4}
+    manifest = deploy.prepare(tmp_path / "d", 2, mixture=MIXTURE, hosts=["link.example"])
+    assert manifest["sans"] == ["DNS:localhost", "IP:127.0.0.1", "IP:::1", "DNS:link.example"]
+    text = deploy.commands(tmp_path / "d", superlink="link.example:9093")
+    assert "--enable-supernode-auth" in text and "--disable-runtime-dependency-installation" in text
+    assert text.count("flwr supernode register") == 2
+    assert "--auth-supernode-private-key" in text and "data.name=\"npz\"" in text
+    insecure = deploy.commands(tmp_path / "d", insecure=True)
+    assert "--insecure" in insecure and "--enable-supernode-auth" not in insecure
+    assert "register" not in insecure and "insecure = true" in insecure
+
+
+# -- real processes -------------------------------------------------------------------------
+@pytest.mark.flower
+def test_tls_auth_deployment_runs_feddp_kmeans_like_the_inprocess_engine(deployment, tmp_path):
+    root, state = deployment
+    layout = deploy.Layout(root)
+    assert not state["insecure"] and len(state["node_ids"]) == 3
+    assert len(state["online"]) == 3
+    print(f"up: {state['up_seconds']:.1f} s")
+
+    result = deploy.run(root, RUN, output_dir=tmp_path / "deployed", timeout=900)
+    print(f"run: {result['wall_seconds']:.1f} s; timings {result['timings']}")
+    centers = np.array(result["centers"])
+    assert centers.shape == (4, 8) and np.isfinite(centers).all()
+    privacy, metrics = result["privacy"], result["metrics"]
+    assert privacy["epsilon"] <= privacy["target_epsilon"] == 1.0
+    assert result["federation"]["num_nodes"] == 3
+    assert result["federation"]["num_clients"] == 12
+    assert result["federation"]["rejected_replies"] == []
+    assert metrics["cost"] <= 1.5 * metrics["optimal_cost"]  # loose: 480 points at eps = 1
+    assert result["config"]["data.name"] == "npz"
+    online = [n for n in deploy.list_nodes(layout) if n["status"] == "online"]
+    assert sorted(n["node-id"] for n in online) == sorted(state["node_ids"].values())
+
+    # Same seed => the same centers, bit for bit, from the in-process engine on the full
+    # file, and for another assignment of clients to nodes (replies are summed in
+    # client-id order, so the sharding does not matter).
+    manifest = json.loads(layout.manifest.read_text())
+    for nodes in (3, 2):
+        inprocess = run_flat({
+            **RUN, "data.name": "npz", "data.path": manifest["server_file"],
+            "federation.num-nodes": nodes, "output-dir": str(tmp_path / f"inprocess-{nodes}"),
+        })
+        np.testing.assert_array_equal(np.array(inprocess["centers"]), centers)
+        assert inprocess["privacy"]["releases"] == privacy["releases"]
+
+    # No client data in any process log of the deployment.
+    logs = "".join(p.read_text(errors="replace") for p in layout.logs.glob("*.log"))
+    values = np.concatenate([load_npz(f).x.ravel()[:20] for f in manifest["node_files"]])
+    for value in values:
+        text = f"{value:.10f}"
+        text = text[: text.index(".") + 7]
+        assert text not in logs, f"a data value ({text}) appears in the logs"
+
+
+@pytest.mark.flower
+def test_unregistered_node_key_is_refused(deployment, tmp_path):
+    root, state = deployment
+    layout = deploy.Layout(root)
+    (rogue,) = deploy.make_node_keys(tmp_path / "rogue", 1)
+    command = deploy.supernode_command(
+        layout, 0, 3, superlink=state["superlink"], port=free_port(), key=rogue
+    )
+    log = tmp_path / "rogue.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, env=deploy.deployment_env(layout, tmp_path / "home"),
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert code != 0
+    assert "Failed to activate SuperNode" in text and "2004" in text
+    online = [n for n in deploy.list_nodes(layout) if n["status"] == "online"]
+    assert len(online) == 3  # the three registered nodes, not the rogue one
+
+
+@pytest.mark.flower
+def test_insecure_mode_only_when_asked(tmp_path):
+    root = tmp_path / "insecure"
+    deploy.prepare(root, 2, mixture=MIXTURE, secure=False)
+    with pytest.raises(deploy.DeploymentError, match="without certificates"):
+        deploy.up(root)  # TLS is the default; no certificates => refuse, start nothing
+    assert _leftovers(root) == []
+    try:
+        state = deploy.up(root, insecure=True, timeout=180)
+        assert state["insecure"] and len(state["online"]) == 2
+        superlink = state["processes"][0]["command"]
+        assert "--insecure" in superlink and "--enable-supernode-auth" not in superlink
+        config = (deploy.Layout(root).cli_home / "config.toml").read_text()
+        assert "insecure = true" in config
+    finally:
+        deploy.down(root)
+    assert _leftovers(root) == []
