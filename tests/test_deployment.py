@@ -184,3 +184,60 @@ def test_insecure_mode_only_when_asked(tmp_path):
     finally:
         deploy.down(root)
     assert _leftovers(root) == []
+
+
+@pytest.mark.flower
+def test_killed_supernode_costs_utility_not_privacy(tmp_path):
+    """Issue 4: SIGKILL one of 3 SuperNodes after FedDP-Init step 1 of a real deployment.
+
+    The server waits `round-timeout` for the dead node (or takes the SuperLink's error
+    reply for it), logs it, finishes every later round with the 8 of 12 clients that
+    answer (min-replies 0.5), and the noise (calibrated to one unit, not to the number
+    of replies) and the ledger are those of a complete run.
+    """
+    import os
+    import signal
+    import threading
+
+    root = tmp_path / "killed"
+    mixture = [f"{k}={v}" for k, v in MIXTURE.items()]
+    assert deploy.main(["prepare", str(root), "--nodes", "3", "--mixture", *mixture]) == 0
+    out = tmp_path / "out"
+    overrides = {**RUN, "privacy.lloyds-steps": 1, "federation.min-replies": 0.5,
+                 "federation.round-timeout": 45}
+    try:
+        state = deploy.up(root, timeout=240)
+        victim = next(p for p in state["processes"] if p["role"] == "supernode-2")
+        outcome: dict = {}
+        runner = threading.Thread(target=lambda: outcome.update(
+            result=deploy.run(root, overrides, output_dir=out, timeout=600)))
+        runner.start()
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoint" / "init-1.npz").exists():
+            assert time.monotonic() < deadline and runner.is_alive(), "init-1 never finished"
+            time.sleep(0.5)
+        os.killpg(victim["pid"], signal.SIGKILL)  # the SuperNode and its ClientApp processes
+        runner.join(timeout=650)
+        assert "result" in outcome, "the run did not finish after a SuperNode died"
+        result = outcome["result"]
+    finally:
+        deploy.down(root)
+    assert _leftovers(root) == []
+
+    # Every later round is logged as lost for the dead node (by its node id, also when
+    # the SuperLink answers "Node Unavailable" for it) and finished with the others.
+    rejected = result["federation"]["rejected_replies"]
+    victim_id = int(state["node_ids"]["2"])
+    assert {r["node"] for r in rejected} == {victim_id}, rejected
+    assert {r["round"] for r in rejected} >= {"init-3", "lloyds-1", "evaluate"}, rejected
+    assert "init-1" not in {r["round"] for r in rejected}
+    assert result["metrics"]["num_points"] == 8 * 40  # evaluation: the 8 clients left
+    privacy = result["privacy"]
+    assert privacy["epsilon"] <= privacy["target_epsilon"] == 1.0
+    # The same releases (stage, sensitivity, noise scale) as a run where all answer.
+    full = run_flat({**overrides, "data.name": "npz",
+                     "data.path": json.loads(deploy.Layout(root).manifest.read_text())[
+                         "server_file"], "federation.num-nodes": 3,
+                     "output-dir": str(tmp_path / "full")})
+    assert privacy["releases"] == full["privacy"]["releases"]
+    assert np.isfinite(np.array(result["centers"])).all()

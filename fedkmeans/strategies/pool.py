@@ -186,7 +186,7 @@ class ClientPool:
             for observer in self.observers:
                 observer.on_replies(round_name, result)
             return result
-        replies = self._send(messages, stage)
+        replies = self._send(messages, stage, round_name)
         ids_parts: list[np.ndarray] = []
         row_parts: dict[str, list[np.ndarray]] = {name: [] for name in expected}
         for nid in sorted(replies):
@@ -247,24 +247,32 @@ class ClientPool:
         )
         return np.zeros(0, np.int64), {}
 
-    def _send(self, contents: dict[int, object], stage: str) -> dict[int, Message]:
+    def _send(
+        self, contents: dict[int, object], stage: str, round_name: str | None = None
+    ) -> dict[int, Message]:
         if not contents:
             return {}
+        round_name = round_name or stage
         messages = [
             Message(content, dst_node_id=nid, message_type=f"query.{stage}", group_id=stage)
             for nid, content in contents.items()
         ]
         out: dict[int, Message] = {}
-        for reply in self.grid.send_and_receive(messages, timeout=self.federation.round_timeout):
-            nid = reply.metadata.src_node_id
+        replies = self.grid.send_and_receive(messages, timeout=self.federation.round_timeout)
+        # The grid gives every sent message its id. An error reply the SuperLink makes
+        # for a lost node ("Node Unavailable") comes from the SuperLink's own node id,
+        # so a reply is attributed to the node its request went to.
+        sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        for reply in replies:
+            nid = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
             if reply.has_error():
-                self._reject(nid, stage, f"error reply: {reply.error.reason}")
+                self._reject(nid, round_name, f"error reply: {reply.error.reason}")
             else:
                 out[nid] = reply
         missing = sorted(set(contents) - set(out))
         for nid in missing:
-            if not any(r["node"] == nid and r["round"] == stage for r in self.rejected):
-                self._reject(nid, stage, "no reply before federation.round-timeout")
+            if not any(r["node"] == nid and r["round"] == round_name for r in self.rejected):
+                self._reject(nid, round_name, "no reply before federation.round-timeout")
         return out
 
 
