@@ -259,6 +259,6 @@ def test_a_lost_node_costs_utility_not_privacy(small_config, tmp_path):
     lost = json.loads((out / "result.json").read_text())
     assert lost["privacy"]["releases"] == full["privacy"]["releases"]
     assert lost["privacy"]["epsilon"] == full["privacy"]["epsilon"]
-    assert [r["round"] for r in lost["federation"]["rejected_replies"]] == ["lloyds", "lloyds"]
+    assert [r["round"] for r in lost["federation"]["rejected_replies"]] == ["lloyds-1", "lloyds-2"]
     assert not np.array_equal(centers(lost), centers(full))
     assert np.all(np.isfinite(centers(lost)))

@@ -187,26 +187,31 @@ class ClientPool:
                 observer.on_replies(round_name, result)
             return result
         replies = self._send(messages, stage, round_name)
-        ids_parts: list[np.ndarray] = []
-        row_parts: dict[str, list[np.ndarray]] = {name: [] for name in expected}
+        # One row per requested client, in increasing id, reserved up front: each node's
+        # reply is written straight to its clients' rows and freed, so the peak memory
+        # of a round is one copy of its replies (plus the undelivered messages).
+        slots = np.sort(np.concatenate([np.zeros(0, np.int64), *requested.values()]))
+        stats = {name: np.empty((slots.size, *shape)) for name, shape in expected.items()}
+        filled = np.zeros(slots.size, dtype=bool)
         for nid in sorted(replies):
             got, _ = unpack(replies.pop(nid).content)  # free each message as we go
             ids, rows = self._validate(nid, round_name, got, requested[nid], expected)
             if ids.size:
-                ids_parts.append(ids)
+                where = np.searchsorted(slots, ids)
                 for name in expected:
-                    row_parts[name].append(rows[name])
-        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+                    stats[name][where] = rows[name]
+                filled[where] = True
+            del got, rows
+        ids = slots[filled]
         need = math.ceil(self.federation.min_replies * len(wanted))
         if ids.size < need:
             raise FederationError(
                 f"round '{round_name}': {ids.size} of {len(wanted)} requested clients gave a "
                 f"valid reply, federation.min-replies requires {need}"
             )
-        order = np.argsort(ids, kind="stable")
-        stats = {name: _stack_sorted(parts, order, expected[name])
-                 for name, parts in row_parts.items()}
-        result = Replies(ids[order], stats)
+        if not filled.all():
+            stats = {name: _keep_rows(value, filled) for name, value in stats.items()}
+        result = Replies(ids, stats)
         for observer in self.observers:
             observer.on_replies(round_name, result)
         return result
@@ -276,20 +281,10 @@ class ClientPool:
         return out
 
 
-def _stack_sorted(
-    parts: list[np.ndarray], order: np.ndarray, shape: tuple[int, ...]
-) -> np.ndarray:
-    """Stack per-node row blocks into one array in increasing client id.
-
-    ``order`` sorts the concatenation of ``parts``. Each block is written straight to
-    its rows and dropped, so the peak memory is one copy of the replies, not three.
-    """
-    out = np.empty((order.size, *shape), dtype=np.float64)
-    position = np.empty(order.size, dtype=np.int64)
-    position[order] = np.arange(order.size)
-    offset = 0
-    while parts:
-        block = parts.pop(0)
-        out[position[offset:offset + block.shape[0]]] = block
-        offset += block.shape[0]
-    return out
+def _keep_rows(stacked: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Rows of ``stacked`` where ``keep``, moved up in place (no second copy)."""
+    rows = np.flatnonzero(keep)
+    for target, source in enumerate(rows.tolist()):
+        if target != source:
+            stacked[target] = stacked[source]
+    return stacked[: rows.size]
