@@ -877,16 +877,21 @@ def up(
     return state
 
 
+def _raise_if_exited(state: dict) -> None:
+    """A started process that exited is an error that shows its log tail."""
+    for entry in state["processes"]:
+        code = _exit_code(entry)
+        if code is not None:
+            raise DeploymentError(
+                f"{entry['role']} exited with code {code}; log {entry['log']}:\n"
+                + _tail(Path(entry["log"]), 1500)
+            )
+
+
 def _check_running(state: dict, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while True:
-        for entry in state["processes"]:
-            code = _exit_code(entry)
-            if code is not None:
-                raise DeploymentError(
-                    f"{entry['role']} exited with code {code}; log {entry['log']}:\n"
-                    + _tail(Path(entry["log"]), 1500)
-                )
+        _raise_if_exited(state)
         if time.monotonic() > deadline:
             return
         time.sleep(0.5)
@@ -896,13 +901,7 @@ def _wait_nodes_online(layout: Layout, state: dict, wanted: int, timeout: float)
     deadline = time.monotonic() + timeout
     online: list[dict] = []
     while time.monotonic() < deadline:
-        for entry in state["processes"]:
-            code = _exit_code(entry)
-            if code is not None:
-                raise DeploymentError(
-                    f"{entry['role']} exited with code {code}; log {entry['log']}:\n"
-                    + _tail(Path(entry["log"]), 1500)
-                )
+        _raise_if_exited(state)
         try:
             online = [n for n in list_nodes(layout) if n.get("status") == "online"]
         except DeploymentError as exc:  # transient: the CLI call itself failed

@@ -6,30 +6,19 @@ message is sent) and the protocol is :func:`fedkmeans.runner.run_server`.
 
 from __future__ import annotations
 
-import logging
-
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.config import parse_config
+from fedkmeans.flower_logging import log_through_flower
 from fedkmeans.runner import run_server
 
 app = ServerApp()
 
 
-def _log_through_flower() -> None:
-    """Send this package's log records to Flower's handlers (shown by ``--stream``)."""
-    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
-    ours.setLevel(logging.INFO)
-    for handler in flower.handlers:
-        if handler not in ours.handlers:
-            ours.addHandler(handler)
-    ours.propagate = not flower.handlers
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the configured algorithm on the connected nodes."""
-    _log_through_flower()
+    log_through_flower()
     config = parse_config(context.run_config)
     run_server(grid, config, run_id=context.run_id)

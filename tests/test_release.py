@@ -42,7 +42,8 @@ def test_laplace_noise_drawn_has_the_calibrated_scale():
     step = 12.5
     assert np.all(noisy % step == 0)
     j = np.arange(-200, 201)
-    cdf = np.where(j < 0, 0.5 * np.exp((j + 0.5) * step / b), 1 - 0.5 * np.exp(-(j + 0.5) * step / b))
+    t = (j + 0.5) * step / b
+    cdf = np.where(j < 0, 0.5 * np.exp(t), 1 - 0.5 * np.exp(-t))
     pmf = np.diff(np.concatenate([[0.0], cdf]))
     assert np.std(noisy) == pytest.approx(np.sqrt(pmf @ (j * step) ** 2), rel=0.02)
     assert np.mean(np.abs(noisy)) == pytest.approx(pmf @ np.abs(j * step), rel=0.02)

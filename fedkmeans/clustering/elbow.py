@@ -23,17 +23,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans
 
+from fedkmeans.clustering.server_steps import usable_weights
+
 __all__ = ["choose_k", "elbow_k", "weighted_kmeans_costs"]
-
-
-def _valid_weights(weights: np.ndarray, min_weight: float, k_max: int) -> np.ndarray:
-    """Noisy weights made usable, as :func:`~fedkmeans.clustering.weighted_kmeans` does."""
-    w = np.asarray(weights, dtype=np.float64)
-    w = np.where(w >= max(min_weight, 0.0), w, 0.0)
-    w = np.clip(w, 0.0, None)
-    if np.count_nonzero(w) < 2:
-        return np.ones_like(w)
-    return w
 
 
 def weighted_kmeans_costs(
@@ -70,7 +62,7 @@ def weighted_kmeans_costs(
     """
     if k_max < 1:
         raise ValueError(f"k_max must be >= 1, got {k_max!r}")
-    w = _valid_weights(weights, min_weight, k_max)
+    w = usable_weights(weights, min_weight, 2)
     keep = w > 0
     pts, w = np.asarray(points, dtype=np.float64)[keep], w[keep]
     k_max = min(k_max, pts.shape[0])

@@ -101,17 +101,38 @@ def weighted_kmeans(
     ndarray of shape (k, r)
         Projected centers xi_1..xi_k.
     """
-    w = np.where(weights >= max(min_weight, 0.0), weights, 0.0)
-    w = np.clip(w, 0.0, None)
-    if np.count_nonzero(w) < k:
-        LOG.warning(
-            "step 2: only %d server points have positive noisy weight (< k=%d); "
-            "falling back to uniform weights",
-            np.count_nonzero(w), k,
-        )
-        w = np.ones_like(w)
+    w = usable_weights(weights, min_weight, k)
     keep = w > 0
     return kmeans(points[keep], k, seed=seed, n_init=n_init, sample_weight=w[keep])
+
+
+def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int) -> np.ndarray:
+    """Noisy server-point weights made valid for weighted k-means (post-processing).
+
+    Weights below ``min_weight`` (and negative ones) become 0; if fewer than
+    ``min_positive`` stay positive, every point gets weight 1 (logged): the noisy
+    histogram carried too little signal and the server data alone is the fallback.
+
+    Parameters
+    ----------
+    weights : ndarray of shape (m,)
+    min_weight : float
+    min_positive : int
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        Non-negative weights, at least ``min_positive`` of them positive (if m allows).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    w = np.clip(np.where(w >= max(min_weight, 0.0), w, 0.0), 0.0, None)
+    if np.count_nonzero(w) < min_positive:
+        LOG.warning(
+            "step 2: only %d server points have positive noisy weight (< %d); "
+            "falling back to uniform weights", np.count_nonzero(w), min_positive,
+        )
+        w = np.ones_like(w)
+    return w
 
 
 def kmeans_plus_plus(points: np.ndarray, k: int, *, seed: int) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
+from fedkmeans.flower_logging import log_through_flower
 from fedkmeans.seeding import generator
 from fedkmeans.vertical.accounting import per_sample_account
 from fedkmeans.vertical.attack import known_centers_attack, unknown_centers_attack
@@ -41,20 +42,10 @@ class VerticalError(RuntimeError):
     """The federation cannot run the vertical protocol (missing party, bad reply)."""
 
 
-def _log_through_flower() -> None:
-    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
-    if ours.level == logging.NOTSET:  # keep a level the caller chose (sweeps: WARNING)
-        ours.setLevel(logging.INFO)
-    for handler in flower.handlers:
-        if handler not in ours.handlers:
-            ours.addHandler(handler)
-    ours.propagate = not flower.handlers
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the configured vertical protocol on the connected SuperNodes."""
-    _log_through_flower()
+    log_through_flower()
     run_vertical(grid, parse_vertical_config(context.run_config), run_id=context.run_id)
 
 
