@@ -106,6 +106,9 @@ def attack_rows(a: dict) -> list[tuple[str, str, str, str, str]]:
     if cost is not None:
         rows.append(("1 analyst", "final centers + shadow", "cost membership",
                      "AUC; TPR@1%; TPR@0.1% FPR", _mia(cost)))
+    if a.get("membership_lira") is not None:
+        rows.append(("1 analyst", "final centers + 32 shadow models per world",
+                     "LiRA membership", "AUC; TPR@1%; TPR@0.1% FPR", _mia(a["membership_lira"])))
     if pop is not None:
         rows.append(("1 analyst", "final centers", "cost membership (population)",
                      "AUC; TPR@1%; TPR@0.1% FPR", _mia(pop)))

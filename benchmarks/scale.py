@@ -118,9 +118,9 @@ def numpy_lower_bound(n_clients: int) -> float:
                        minlength=q.shape[0]).astype(float)
     xi = weighted_kmeans(projected_server, hist, config.k, seed=0)
     labels = nearest_center(x @ basis.T, xi)
-    sums = np.zeros((config.k, x.shape[1]))
-    np.add.at(sums, labels, x)
+    sums = np.stack([x[labels == r].sum(axis=0) for r in range(config.k)])
     np.bincount(labels, minlength=config.k)
+    del sums
     return time.perf_counter() - start
 
 

@@ -19,7 +19,13 @@ from sklearn.metrics import roc_auc_score
 from fedkmeans.attacks.differencing import difference_attack
 from fedkmeans.attacks.game import chance_abs_cosine
 from fedkmeans.attacks.label_inference import LabelOracle, label_inference_curve, sample_queries
-from fedkmeans.attacks.membership import cost_scores, gaussian_llr, laplace_llr, release_llr
+from fedkmeans.attacks.membership import (
+    cost_scores,
+    gaussian_llr,
+    laplace_llr,
+    lira_scores,
+    release_llr,
+)
 from fedkmeans.attacks.reconstruction import attack_client_reply, reconstruct_points
 from fedkmeans.attacks.scoring import (
     cosine_similarity,
@@ -124,6 +130,14 @@ def test_gaussian_likelihood_ratio_has_the_optimal_auc():
         release_llr("uniform", 1.0, y_in, mean_in, mean_out)
 
 
+def test_lira_scores_by_hand():
+    # shadow IN ~ N(1, 2), OUT ~ N(-1, 2) (means and unbiased variances of two points)
+    scores = lira_scores(np.array([1.0, 0.0, -1.0]), np.array([0.0, 2.0]), np.array([-2.0, 0.0]))
+    np.testing.assert_allclose(scores, [1.0, 0.0, -1.0])
+    with pytest.raises(ValueError, match="shadow_in must be >= 2 finite scores"):
+        lira_scores(np.zeros(2), np.zeros(1), np.zeros(3))
+
+
 def test_cost_scores():
     x = np.array([[0.0, 0.0], [4.0, 0.0]])
     observed = np.array([[1.0, 0.0], [10.0, 0.0]])
@@ -187,6 +201,7 @@ def test_without_dp_every_attack_succeeds(no_dp):
         "lloyds-1/sums", "lloyds-1/counts",
     ]
     assert report["membership_cost"]["auc"] >= 0.99  # strong adversary: exact reference
+    assert report["membership_lira"]["auc"] >= 0.99
 
 
 def test_central_dp_defeats_the_analyst_but_not_the_curious_server(central_dp):
@@ -198,6 +213,8 @@ def test_central_dp_defeats_the_analyst_but_not_the_curious_server(central_dp):
     assert analyst["abs_cosine_mean"] <= analyst["abs_cosine_chance"] + 0.05
     assert report["membership_lr"]["analyst"]["auc"] <= 0.6
     assert report["membership_cost"]["auc"] <= 0.6
+    assert report["membership_lira"]["auc"] <= 0.6
+    assert report["membership_lira"]["shadow_models_per_world"] == 32
     # The curious server sees each reply: central DP does not help at all.
     assert report["client_reconstruction"]["cosine_min"] == pytest.approx(1.0, abs=1e-9)
     assert report["differencing"]["curious_server"]["cosine_min"] >= 0.99

@@ -20,6 +20,10 @@ sense on one run and returns their success metrics for ``result.json`` under
     The neighbouring-worlds game (:mod:`fedkmeans.attacks.game`) for sampled targets:
     on the *analyst's* view (threat model 1: the noisy releases, fresh noise at the
     ledger's scale) and on the *curious server's* view (the target client's replies).
+``membership_lira``
+    LiRA (Carlini et al. 2022) on the final centers, data-point level: per target,
+    shadow models with and without it (independent noisy releases of the final round)
+    calibrate a Gaussian likelihood ratio of the target's distance to the centers.
 ``membership_population``
     The cost test without a reference: training points against fresh points of the
     same distribution, scored on the final centers (mixture data only).
@@ -47,6 +51,7 @@ from fedkmeans.attacks.game import (
     TargetTrace,
     cost_membership,
     differencing,
+    lira_membership,
     lr_membership,
 )
 from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
@@ -87,15 +92,18 @@ class AttackSettings:
         Members (and as many fresh non-members) of the population cost test.
     label_queries : tuple of int
         Query budgets of the label-inference attack.
+    shadows : int
+        Shadow models per world and target of the LiRA test.
     """
 
     targets: int = 100
     trials: int = 40
+    shadows: int = 32
     population: int = 500
     label_queries: tuple[int, ...] = (100, 1000)
 
     def __post_init__(self) -> None:
-        for name in ("targets", "trials", "population"):
+        for name in ("targets", "trials", "population", "shadows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -341,10 +349,14 @@ class CuriousServer:
     def _game(self, truth: _GroundTruth, result: dict) -> dict:
         rounds = self._game_rounds()
         if not rounds:
-            return {"differencing": None, "membership_lr": None, "membership_cost": None}
+            return dict.fromkeys(
+                ("differencing", "membership_lr", "membership_cost", "membership_lira")
+            )
         targets = self._targets(truth, rounds)
         if not targets:
-            return {"differencing": None, "membership_lr": None, "membership_cost": None}
+            return dict.fromkeys(
+                ("differencing", "membership_lr", "membership_cost", "membership_lira")
+            )
         ledger = self._ledger(result)
         traces = [self._trace(truth, rounds, ledger, cid, idx) for cid, idx in targets]
         seed, trials = self.config.seed, self.settings.trials
@@ -368,7 +380,7 @@ class CuriousServer:
             **lr_membership(traces, generator(seed, "attack", "lr"), trials),
         }
         if traces[0].final_round is None:
-            out["differencing"] = out["membership_cost"] = None
+            out["differencing"] = out["membership_cost"] = out["membership_lira"] = None
             if self.secure_aggregation:
                 _server_sees_releases(out)
             return out
@@ -392,8 +404,19 @@ class CuriousServer:
                     self.config.privacy.min_cluster_count,
                 ),
             }
+            out["membership_lira"] = {
+                **common,
+                "releases": [f"{traces[0].final_round}/sums", f"{traces[0].final_round}/counts"],
+                "shadow_models_per_world": self.settings.shadows,
+                "threat_model": "1: analyst sees the final centers; LiRA with per-target "
+                "shadow models in and out (shadow releases of the final round)",
+                **lira_membership(
+                    traces, generator(seed, "attack", "lira"), trials, self.settings.shadows,
+                    self.config.privacy.min_cluster_count,
+                ),
+            }
         else:
-            out["membership_cost"] = None
+            out["membership_cost"] = out["membership_lira"] = None
         return out
 
     # -- threat model 1: population cost test, label inference ------------------------

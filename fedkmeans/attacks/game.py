@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from fedkmeans.attacks.differencing import difference_attack
-from fedkmeans.attacks.membership import cost_scores, release_llr
+from fedkmeans.attacks.membership import cost_scores, lira_scores, release_llr
 from fedkmeans.attacks.scoring import cosine_similarity, membership_summary
 from fedkmeans.clustering.server_steps import centers_from_sums
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
@@ -41,6 +41,7 @@ __all__ = [
     "chance_abs_cosine",
     "cost_membership",
     "differencing",
+    "lira_membership",
     "lr_membership",
 ]
 
@@ -272,4 +273,39 @@ def cost_membership(
             reference = _noisy_centers(sums, counts, False, target.fallback, rng, trials,
                                        min_count)
             scores[world_in].append(cost_scores(points, observed, reference))
+    return membership_summary(np.concatenate(scores[True]), np.concatenate(scores[False]))
+
+
+def lira_membership(
+    targets: Sequence[TargetTrace], rng: np.random.Generator, trials: int, shadows: int,
+    min_count: float,
+) -> dict:
+    """LiRA on the final centers with shadow models, per target (data-point level).
+
+    For each target, ``shadows`` shadow models per world are the final round's centers
+    from independent noisy releases with and without the target (the real mechanism
+    code around the recorded aggregates: the rest of the data is known to this strong
+    attacker). The score of a model is ``-d(x, centers)``; :func:`lira_scores` turns an
+    observed model's score into a likelihood ratio; ``trials`` observed models per
+    world are scored.
+    """
+    trials = _check_trials(trials)
+    shadows = _check_trials(shadows)
+    usable = [t for t in targets if t.final_round is not None and t.point is not None]
+    if not usable:
+        raise ValueError("targets must be data points with a sums/counts round")
+    scores: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    for target in usable:
+        sums = target.stage(f"{target.final_round}/sums")
+        counts = target.stage(f"{target.final_round}/counts")
+
+        def model_scores(world_in: bool, n: int, t=target, s=sums, c=counts) -> np.ndarray:
+            centers = _noisy_centers(s, c, world_in, t.fallback, rng, n, min_count)
+            return cost_scores(np.broadcast_to(t.point, (n, t.point.size)), centers)
+
+        shadow_in, shadow_out = model_scores(True, shadows), model_scores(False, shadows)
+        for world_in in (True, False):
+            scores[world_in].append(
+                lira_scores(model_scores(world_in, trials), shadow_in, shadow_out)
+            )
     return membership_summary(np.concatenate(scores[True]), np.concatenate(scores[False]))

@@ -197,3 +197,39 @@ def cost_scores(
     if reference_centers is None:
         return -observed
     return dist(reference_centers, "reference_centers") - observed
+
+
+def lira_scores(
+    observed: np.ndarray, shadow_in: np.ndarray, shadow_out: np.ndarray
+) -> np.ndarray:
+    """LiRA statistic: Gaussian likelihood ratio of a score under shadow IN vs OUT models.
+
+    Carlini et al., "Membership Inference Attacks From First Principles" (S&P 2022),
+    online variant with per-target variances: fit ``N(mu_in, s_in^2)`` to the scores of
+    shadow models trained with the target and ``N(mu_out, s_out^2)`` to those trained
+    without it; score an observed model by
+    ``log N(x; mu_in, s_in) - log N(x; mu_out, s_out)`` (high = member).
+
+    Parameters
+    ----------
+    observed : ndarray of shape (n,)
+        Scores of the models under attack (e.g. ``-d(x, centers)``).
+    shadow_in, shadow_out : ndarray of shape (m,), m >= 2
+        Scores of the target's shadow models in each world.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+    """
+    observed = np.asarray(observed, dtype=np.float64)
+    stats = []
+    for name, shadow in (("shadow_in", shadow_in), ("shadow_out", shadow_out)):
+        shadow = np.asarray(shadow, dtype=np.float64)
+        if shadow.ndim != 1 or shadow.size < 2 or not np.isfinite(shadow).all():
+            raise ValueError(f"{name} must be >= 2 finite scores, got shape {shadow.shape}")
+        scale = max(float(shadow.std(ddof=1)), 1e-12 * max(1.0, abs(float(shadow.mean()))))
+        stats.append((float(shadow.mean()), scale))
+    (mu_in, s_in), (mu_out, s_out) = stats
+    log_in = -0.5 * ((observed - mu_in) / s_in) ** 2 - np.log(s_in)
+    log_out = -0.5 * ((observed - mu_out) / s_out) ** 2 - np.log(s_out)
+    return log_in - log_out
