@@ -21,7 +21,7 @@ from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
-from fedkmeans.wire import pack, unpack
+from fedkmeans.wire import TRIANGLE, pack, pack_symmetric, unpack
 
 app = ClientApp()
 
@@ -64,7 +64,9 @@ def covariance(msg: Message, context: Context) -> Message:
     """FedDP-Init step 1."""
     arrays, _ = unpack(msg.content)
     clients = arrays["client_ids"]
-    return _reply(msg, clients, node_data(context).covariance(clients.tolist()))
+    stacked = node_data(context).covariance(clients.tolist())["covariance"]
+    # symmetric: only the upper triangles travel (half the bytes of the largest reply)
+    return _reply(msg, clients, {"covariance" + TRIANGLE: pack_symmetric(stacked)})
 
 
 @app.query("histogram")

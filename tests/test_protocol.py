@@ -23,7 +23,7 @@ from fedkmeans.experiment import run_flat
 from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server_app import app as server_app
-from fedkmeans.wire import pack, unpack
+from fedkmeans.wire import pack, pack_symmetric, unpack, unpack_symmetric
 
 
 def centers(result):
@@ -152,22 +152,41 @@ def _corrupting(stage, corrupt):
 def test_bad_replies_are_rejected_and_the_run_goes_on(small_config, tmp_path):
     flat = {**small_config, "federation.min-replies": 0.5}
 
-    def nan_row(arrays):
-        arrays["covariance"] = arrays["covariance"].copy()
-        arrays["covariance"][0, 0, 0] = np.nan
+    def nan_row(arrays):  # step 1 travels as upper triangles (wire.pack_symmetric)
+        arrays["covariance.triu"] = arrays["covariance.triu"].copy()
+        arrays["covariance.triu"][0, 0] = np.nan
+        return arrays
+
+    def short_triangle(arrays):
+        arrays["covariance.triu"] = arrays["covariance.triu"][:, :-1]
         return arrays
 
     def wrong_shape(arrays):
         arrays["sums"] = arrays["sums"][:, :2]
         return arrays
 
-    for stage, corrupt in (("covariance", nan_row), ("centers", wrong_shape)):
-        out = tmp_path / stage
+    for stage, corrupt in (
+        ("covariance", nan_row), ("covariance", short_triangle), ("centers", wrong_shape)
+    ):
+        out = tmp_path / corrupt.__name__
         run_inprocess(server_app, _corrupting(stage, corrupt), {**flat, "output-dir": str(out)}, 3)
         result = json.loads((out / "result.json").read_text())
         rejected = result["federation"]["rejected_replies"]
         assert len(rejected) == 1 and rejected[0]["node"] == 2
         assert np.all(np.isfinite(centers(result)))
+
+
+def test_symmetric_matrices_travel_as_exact_upper_triangles():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 7, 5))
+    stack = np.einsum("mni,mnj->mij", x, x)
+    triangles = pack_symmetric(stack)
+    assert triangles.shape == (3, 15)
+    back = unpack_symmetric(triangles, 5)
+    np.testing.assert_array_equal(np.triu(back), np.triu(stack))
+    np.testing.assert_array_equal(back, np.swapaxes(back, 1, 2))
+    with pytest.raises(ValueError, match=r"triangles must have shape \(m, 15\)"):
+        unpack_symmetric(triangles[:, :-1], 5)
 
 
 def test_too_few_valid_replies_stops_with_a_clear_error(small_config):

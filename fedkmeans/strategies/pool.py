@@ -26,7 +26,7 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedkmeans.config import FederationConfig
-from fedkmeans.wire import pack, unpack
+from fedkmeans.wire import TRIANGLE, pack, unpack, unpack_symmetric
 
 LOG = logging.getLogger(__name__)
 
@@ -228,6 +228,14 @@ class ClientPool:
         rows = {}
         for name, shape in expected.items():
             value = got.get(name)
+            if value is None and name + TRIANGLE in got and len(shape) == 2:
+                triangles, size = got[name + TRIANGLE], shape[0] * (shape[0] + 1) // 2
+                if triangles.shape != (ids.size, size) or shape[0] != shape[1]:
+                    return self._reject(
+                        nid, round_name, f"'{name}{TRIANGLE}' has shape {triangles.shape}, "
+                        f"expected {(ids.size, size)}"
+                    )
+                value = unpack_symmetric(triangles, shape[0])
             if value is None or value.shape != (ids.size, *shape):
                 found = None if value is None else value.shape
                 return self._reject(
