@@ -323,7 +323,8 @@ def write(runs: dict, curves: dict, reuse: dict | None, audit_rows: list[dict]) 
         "released doubles (Mironov 2012). With the textbook `value + numpy Laplace noise` "
         "it reached eps_LB 3.63 (counts, claimed 0.996) and 2.99 (histogram at the run's "
         "budget, claimed 0.180): a floating-point side channel. Laplace releases now go "
-        "through Mironov's snapping mechanism (`fedkmeans/privacy/mechanisms.py`) and the "
+        "through a discrete Laplace mechanism on a fine power-of-two lattice "
+        "(`fedkmeans/privacy/mechanisms.py`) and the "
         "float test stays within the accountant.",
         "",
         "| command | accountant eps | eps_LB | FP / FN of n eval | s |",

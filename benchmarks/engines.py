@@ -43,7 +43,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, overrides in FEDERATIONS.items():
-            run(overrides + [f"output-dir={tmp}/warm"])  # caches the optimal cost
+            run(overrides + [f"output-dir={tmp}/warm-{len(rows)}"])  # caches the optimal cost
             for engine, nodes in ENGINES:
                 start = time.perf_counter()
                 result = run(overrides + [

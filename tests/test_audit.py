@@ -106,7 +106,7 @@ def test_under_noised_step_1_is_caught():
 
 def test_laplace_releases_do_not_leak_through_floating_point():
     # Textbook value + numpy Laplace reached eps_LB 3.63 here (Mironov 2012); the
-    # snapping mechanism releases grid points only.
+    # granular discrete Laplace releases points of a data-independent lattice only.
     result = audit("counts", epsilon=1.0, trials=20_000, seed=0, test="float")
     assert result.epsilon_lb <= result.accountant_epsilon
 
