@@ -106,6 +106,10 @@ def _tree_rss(root: int) -> int:
     return total
 
 
+#: Points per vectorised block of the NumPy lower bound (5M x 300 distances = 12 GB).
+CHUNK = 100_000
+
+
 def numpy_lower_bound(n_clients: int) -> float:
     """Seconds for FedDP-Init's arithmetic on pooled data in one process (no noise)."""
     config = parse_config({"data.num-clients": n_clients, "data.points-per-client": 50})
@@ -114,10 +118,15 @@ def numpy_lower_bound(n_clients: int) -> float:
     start = time.perf_counter()
     basis = top_eigenvectors(x.T @ x, config.k)
     projected_server = q @ basis.T
-    hist = np.bincount(nearest_center(x @ basis.T, projected_server),
-                       minlength=q.shape[0]).astype(float)
+    projected = x @ basis.T
+
+    def nearest(centers: np.ndarray) -> np.ndarray:  # in chunks: n x m distances at once
+        return np.concatenate([nearest_center(projected[i:i + CHUNK], centers)  # would
+                               for i in range(0, projected.shape[0], CHUNK)])  # not fit
+
+    hist = np.bincount(nearest(projected_server), minlength=q.shape[0]).astype(float)
     xi = weighted_kmeans(projected_server, hist, config.k, seed=0)
-    labels = nearest_center(x @ basis.T, xi)
+    labels = nearest(xi)
     sums = np.stack([x[labels == r].sum(axis=0) for r in range(config.k)])
     np.bincount(labels, minlength=config.k)
     del sums
