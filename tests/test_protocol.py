@@ -23,6 +23,7 @@ from fedkmeans.experiment import run_flat
 from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server_app import app as server_app
+from fedkmeans.strategies.pool import FederationError
 from fedkmeans.wire import pack, pack_symmetric, unpack, unpack_symmetric
 
 
@@ -281,3 +282,21 @@ def test_a_lost_node_costs_utility_not_privacy(small_config, tmp_path):
     assert [r["round"] for r in lost["federation"]["rejected_replies"]] == ["lloyds-1", "lloyds-2"]
     assert not np.array_equal(centers(lost), centers(full))
     assert np.all(np.isfinite(centers(lost)))
+
+
+def test_nodes_with_different_dimensions_stop_before_any_statistic(small_config):
+    """Issue 4: mismatched dimensions between nodes = one clear error, no data queried."""
+    asked = []
+
+    def app(msg, context):
+        asked.append(msg.metadata.message_type)
+        reply = client_app(msg, context)
+        if msg.metadata.message_type == "query.register" and context.node_id == 2:
+            arrays, config = unpack(reply.content)
+            reply.__dict__["_content"] = pack(arrays, {**config, "dim": config["dim"] + 1})
+        return reply
+
+    with pytest.raises(FederationError, match=r"nodes disagree on the feature dimension: "
+                       r"node 1: d=8, node 2: d=9, node 3: d=8"):
+        run_inprocess(server_app, app, small_config, 3)
+    assert set(asked) == {"query.register"}
