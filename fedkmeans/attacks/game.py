@@ -249,6 +249,17 @@ def _noisy_centers(
     return np.stack([centers_from_sums(s[i], c[i], fallback, min_count)[0] for i in range(trials)])
 
 
+def _final_point_releases(
+    targets: Sequence[TargetTrace],
+) -> list[tuple[TargetTrace, StageTrace, StageTrace]]:
+    """(target, final sums, final counts) of every data-point target with such a round."""
+    usable = [t for t in targets if t.final_round is not None and t.point is not None]
+    if not usable:
+        raise ValueError("targets must be data points with a sums/counts round")
+    return [(t, t.stage(f"{t.final_round}/sums"), t.stage(f"{t.final_round}/counts"))
+            for t in usable]
+
+
 def cost_membership(
     targets: Sequence[TargetTrace], rng: np.random.Generator, trials: int, min_count: float
 ) -> dict:
@@ -259,13 +270,8 @@ def cost_membership(
     is ``d(x, reference) - d(x, observed)``. Data-point level only.
     """
     trials = _check_trials(trials)
-    usable = [t for t in targets if t.final_round is not None and t.point is not None]
-    if not usable:
-        raise ValueError("targets must be data points with a sums/counts round")
     scores: dict[bool, list[np.ndarray]] = {True: [], False: []}
-    for target in usable:
-        sums = target.stage(f"{target.final_round}/sums")
-        counts = target.stage(f"{target.final_round}/counts")
+    for target, sums, counts in _final_point_releases(targets):
         points = np.broadcast_to(target.point, (trials, target.point.size))
         for world_in in (True, False):
             observed = _noisy_centers(sums, counts, world_in, target.fallback, rng, trials,
@@ -291,13 +297,8 @@ def lira_membership(
     """
     trials = _check_trials(trials)
     shadows = _check_trials(shadows)
-    usable = [t for t in targets if t.final_round is not None and t.point is not None]
-    if not usable:
-        raise ValueError("targets must be data points with a sums/counts round")
     scores: dict[bool, list[np.ndarray]] = {True: [], False: []}
-    for target in usable:
-        sums = target.stage(f"{target.final_round}/sums")
-        counts = target.stage(f"{target.final_round}/counts")
+    for target, sums, counts in _final_point_releases(targets):
 
         def model_scores(world_in: bool, n: int, t=target, s=sums, c=counts) -> np.ndarray:
             centers = _noisy_centers(s, c, world_in, t.fallback, rng, n, min_count)
