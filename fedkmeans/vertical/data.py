@@ -17,28 +17,44 @@ import numpy as np
 
 __all__ = ["DATASETS", "SCALES", "feature_slices", "load_dataset", "party_data", "scale_columns"]
 
-DATASETS = ("iris", "wine", "breast_cancer", "digits")
+DATASETS = ("iris", "wine", "breast_cancer", "digits", "mplsstops")
+
+#: MplsStops rows of the vertical app: the first complete stops in table order (no
+#: sampling, no randomness); features east/north km from City Hall, labels = precinct.
+MPLSSTOPS_ROWS = 3000
 SCALES = ("standard", "minmax", "none")
 
 
 @lru_cache(maxsize=4)
 def _load(name: str) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn import datasets
+    if name == "mplsstops":  # the project's offline MplsStops (extra `datasets`)
+        from fedkmeans.data import mplsstops
 
-    bunch = getattr(datasets, f"load_{name}")()
-    x = np.asarray(bunch.data, dtype=np.float64)
-    y = np.asarray(bunch.target, dtype=np.int64)
+        columns = mplsstops.load_columns()
+        features = mplsstops.features(columns)
+        precinct = np.asarray(columns["policePrecinct"], dtype=np.float64)
+        complete = np.isfinite(features).all(axis=1) & np.isfinite(precinct)
+        x = np.ascontiguousarray(features[complete][:MPLSSTOPS_ROWS])
+        y = precinct[complete][:MPLSSTOPS_ROWS].astype(np.int64)
+    else:
+        from sklearn import datasets
+
+        bunch = getattr(datasets, f"load_{name}")()
+        x = np.asarray(bunch.data, dtype=np.float64)
+        y = np.asarray(bunch.target, dtype=np.int64)
     x.flags.writeable = False
     y.flags.writeable = False
     return x, y
 
 
 def load_dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Load a bundled scikit-learn data set (works offline).
+    """Load a data set that works offline: bundled with scikit-learn, or MplsStops.
 
     Parameters
     ----------
-    name : {"iris", "wine", "breast_cancer", "digits"}
+    name : {"iris", "wine", "breast_cancer", "digits", "mplsstops"}
+        ``mplsstops``: :data:`MPLSSTOPS_ROWS` Minneapolis police stops, d = 2 (east and
+        north km from City Hall), labels = the 5 precincts; needs the `datasets` extra.
 
     Returns
     -------
