@@ -75,6 +75,8 @@ from fedkmeans.data.npz import load_npz, save_npz
 from fedkmeans.engines.flower import (
     PROJECT_DIR,
     free_port,
+    nested_config,
+    process_alive,
     processes_with_env,
     stop_processes,
 )
@@ -737,15 +739,7 @@ def _exit_code(entry: dict) -> int | None:
     proc = _CHILDREN.get(entry["pid"])
     if proc is not None:
         return proc.poll()
-    return None if _alive(entry["pid"]) else -1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    return None if process_alive(entry["pid"]) else -1
 
 
 def _wait_port(host: str, port: int, entry: dict, timeout: float) -> None:
@@ -1004,17 +998,6 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _nested(flat: Mapping[str, Any]) -> dict:
-    nested: dict = {}
-    for key, value in flat.items():
-        *sections, leaf = key.split(".")
-        node = nested
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[leaf] = value
-    return nested
-
-
 def run_config(
     layout: Layout, overrides: Mapping[str, Any] | None = None, *, output_dir: Path | None = None
 ) -> dict[str, Any]:
@@ -1090,7 +1073,7 @@ def run(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     config_file = layout.root / "runs" / f"run-config-{stamp}.toml"
     config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(tomli_w.dumps(_nested(flat)))
+    config_file.write_text(tomli_w.dumps(nested_config(flat)))
     layout.logs.mkdir(parents=True, exist_ok=True)
     log_path = layout.logs / f"run-{stamp}.log"
     command = ["flwr", "run", str(project_dir), CONNECTION, "--stream",

@@ -52,7 +52,8 @@ def flower_env(flwr_home: Path) -> dict[str, str]:
     return env
 
 
-def _nested(flat: Mapping) -> dict:
+def nested_config(flat: Mapping) -> dict:
+    """Dotted flat keys as nested tables (``{"a.b": 1}`` -> ``{"a": {"b": 1}}``) for TOML."""
     nested: dict = {}
     for key, value in flat.items():
         *sections, leaf = key.split(".")
@@ -90,7 +91,7 @@ def stop_processes(pids: list[int], grace: float = 5.0) -> None:
     alive = list(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = [pid for pid in alive if _alive(pid)]
+        alive = [pid for pid in alive if process_alive(pid)]
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -108,14 +109,15 @@ def stop_all(find: Callable[[], list[int]], timeout: float = 30.0) -> list[int]:
     while pids and time.monotonic() < deadline:
         stop_processes(pids)
         time.sleep(0.5)
-        pids = [pid for pid in find() if _alive(pid)]
+        pids = [pid for pid in find() if process_alive(pid)]
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (Linux ``/proc``)."""
+    try:  # the command name in parentheses may contain spaces: split after it
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
     return state != "Z"
 
@@ -161,7 +163,7 @@ def run_flower(
         home = Path(tmp) / "flwr-home"
         home.mkdir()
         run_config = Path(tmp) / "run-config.toml"
-        run_config.write_bytes(tomli_w.dumps(_nested(flat_config)).encode())
+        run_config.write_bytes(tomli_w.dumps(nested_config(flat_config)).encode())
         cpus = int(client_cpus) if float(client_cpus).is_integer() else client_cpus
         federation = f"num-supernodes={num_nodes} client-resources-num-cpus={cpus}"
         env = flower_env(home)
