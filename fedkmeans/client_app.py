@@ -59,44 +59,51 @@ def register(msg: Message, context: Context) -> Message:
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
 
 
-@app.query("covariance")
-def covariance(msg: Message, context: Context) -> Message:
-    """FedDP-Init step 1."""
+#: What each protocol stage computes for the asked clients (per-client rows, stacked):
+#: the same table serves the plain queries and the SecAgg+ path.
+_STATISTICS = {
+    "covariance": lambda node, clients, a: node.covariance(clients),
+    "histogram": lambda node, clients, a: node.histogram(
+        clients, a["basis"], a["projected_server"]
+    ),
+    "centers": lambda node, clients, a: node.sums_counts(
+        clients, a["projected_centers"], a["basis"]
+    ),
+    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+}
+
+
+def _statistics_reply(stage: str, msg: Message, context: Context) -> Message:
     arrays, _ = unpack(msg.content)
     clients = arrays["client_ids"]
-    stacked = node_data(context).covariance(clients.tolist())["covariance"]
-    # symmetric: only the upper triangles travel (half the bytes of the largest reply)
-    return _reply(msg, clients, {"covariance" + TRIANGLE: pack_symmetric(stacked)})
+    stats = _STATISTICS[stage](node_data(context), clients.tolist(), arrays)
+    if "covariance" in stats:  # symmetric: only the upper triangles travel
+        stats = {"covariance" + TRIANGLE: pack_symmetric(stats.pop("covariance")), **stats}
+    return _reply(msg, clients, stats)
+
+
+@app.query("covariance")
+def covariance(msg: Message, context: Context) -> Message:
+    """FedDP-Init step 1 (half the bytes of the largest reply: upper triangles)."""
+    return _statistics_reply("covariance", msg, context)
 
 
 @app.query("histogram")
 def histogram(msg: Message, context: Context) -> Message:
     """FedDP-Init step 2."""
-    arrays, _ = unpack(msg.content)
-    clients = arrays["client_ids"]
-    stats = node_data(context).histogram(
-        clients.tolist(), arrays["basis"], arrays["projected_server"]
-    )
-    return _reply(msg, clients, stats)
+    return _statistics_reply("histogram", msg, context)
 
 
 @app.query("centers")
 def centers(msg: Message, context: Context) -> Message:
     """FedDP-Init step 3: assign in the projected space, sum in the original space."""
-    arrays, _ = unpack(msg.content)
-    clients = arrays["client_ids"]
-    stats = node_data(context).sums_counts(
-        clients.tolist(), arrays["projected_centers"], arrays["basis"]
-    )
-    return _reply(msg, clients, stats)
+    return _statistics_reply("centers", msg, context)
 
 
 @app.query("lloyds")
 def lloyds(msg: Message, context: Context) -> Message:
     """One FedDP-Lloyds step: assign in the full space."""
-    arrays, _ = unpack(msg.content)
-    clients = arrays["client_ids"]
-    return _reply(msg, clients, node_data(context).sums_counts(clients.tolist(), arrays["centers"]))
+    return _statistics_reply("lloyds", msg, context)
 
 
 @app.query("local_centers")
@@ -113,19 +120,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Non-private evaluation of the final centers over every hosted client."""
     arrays, _ = unpack(msg.content)
     return Message(pack(node_data(context).evaluate(arrays["centers"])), reply_to=msg)
-
-
-#: The per-client statistics of each protocol stage that secure aggregation can sum.
-_SECAGG_STAGES = {
-    "covariance": lambda node, clients, a: node.covariance(clients),
-    "histogram": lambda node, clients, a: node.histogram(
-        clients, a["basis"], a["projected_server"]
-    ),
-    "centers": lambda node, clients, a: node.sums_counts(
-        clients, a["projected_centers"], a["basis"]
-    ),
-    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
-}
 
 
 @app.train(mods=[secaggplus_mod])
@@ -148,7 +142,7 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
     node = node_data(context)
-    stats = _SECAGG_STAGES[str(settings[keys.KEY_STAGE])](node, clients, arrays)
+    stats = _STATISTICS[str(settings[keys.KEY_STAGE])](node, clients, arrays)
     wanted = [n for n in str(settings[keys.KEY_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     noise_seed = int(context.node_config.get("noise-seed", node.config.seed))
