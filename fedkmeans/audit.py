@@ -50,11 +50,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import beta
 
-from fedkmeans.attacks.membership import release_llr, upper_triangle
+from fedkmeans.attacks.membership import release_llr
 from fedkmeans.clustering.client_stats import (
     cluster_sums_counts,
     outer_product_sum,
     projected_histogram,
+    upper_triangle,
 )
 from fedkmeans.config import PrivacyConfig
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
@@ -229,7 +230,7 @@ class CanaryGame:
         for r in self.releases:
             diff = self.aggregate_in[r.stage] - self.aggregate_out[r.stage]
             if r.stage.endswith("covariance"):
-                diff = diff[np.triu_indices(diff.shape[0])]
+                diff = upper_triangle(diff)
             order = 1 if r.mechanism == "laplace" else 2
             out[r.stage] = float(np.linalg.norm(diff.ravel(), ord=order))
         return out

@@ -19,9 +19,10 @@ from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
+from fedkmeans.clustering.client_stats import upper_triangle
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
-from fedkmeans.wire import TRIANGLE, pack, pack_symmetric, unpack
+from fedkmeans.wire import TRIANGLE, pack, unpack
 
 app = ClientApp()
 
@@ -78,7 +79,7 @@ def _statistics_reply(stage: str, msg: Message, context: Context) -> Message:
     clients = arrays["client_ids"]
     stats = _STATISTICS[stage](node_data(context), clients.tolist(), arrays)
     if "covariance" in stats:  # symmetric: only the upper triangles travel
-        stats = {"covariance" + TRIANGLE: pack_symmetric(stats.pop("covariance")), **stats}
+        stats = {"covariance" + TRIANGLE: upper_triangle(stats.pop("covariance")), **stats}
     return _reply(msg, clients, stats)
 
 

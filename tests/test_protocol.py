@@ -17,6 +17,7 @@ from fedkmeans.clustering import (
     top_eigenvectors,
     weighted_kmeans,
 )
+from fedkmeans.clustering.client_stats import symmetric_from_upper, upper_triangle
 from fedkmeans.config import parse_config
 from fedkmeans.engines.inprocess import run_inprocess
 from fedkmeans.experiment import run_flat
@@ -24,7 +25,7 @@ from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server_app import app as server_app
 from fedkmeans.strategies.pool import FederationError
-from fedkmeans.wire import pack, pack_symmetric, unpack, unpack_symmetric
+from fedkmeans.wire import pack, unpack
 
 
 def centers(result):
@@ -153,7 +154,7 @@ def _corrupting(stage, corrupt):
 def test_bad_replies_are_rejected_and_the_run_goes_on(small_config, tmp_path):
     flat = {**small_config, "federation.min-replies": 0.5}
 
-    def nan_row(arrays):  # step 1 travels as upper triangles (wire.pack_symmetric)
+    def nan_row(arrays):  # step 1 travels as upper triangles (client_stats.upper_triangle)
         arrays["covariance.triu"] = arrays["covariance.triu"].copy()
         arrays["covariance.triu"][0, 0] = np.nan
         return arrays
@@ -181,13 +182,13 @@ def test_symmetric_matrices_travel_as_exact_upper_triangles():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 7, 5))
     stack = np.einsum("mni,mnj->mij", x, x)
-    triangles = pack_symmetric(stack)
+    triangles = upper_triangle(stack)
     assert triangles.shape == (3, 15)
-    back = unpack_symmetric(triangles, 5)
+    back = symmetric_from_upper(triangles, 5)
     np.testing.assert_array_equal(np.triu(back), np.triu(stack))
     np.testing.assert_array_equal(back, np.swapaxes(back, 1, 2))
     with pytest.raises(ValueError, match=r"triangles must have shape \(m, 15\)"):
-        unpack_symmetric(triangles[:, :-1], 5)
+        symmetric_from_upper(triangles[:, :-1], 5)
 
 
 def test_too_few_valid_replies_stops_with_a_clear_error(small_config):

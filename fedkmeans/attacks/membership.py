@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gaussian_llr", "laplace_llr", "release_llr", "cost_scores", "upper_triangle"]
+from fedkmeans.clustering.client_stats import upper_triangle
+
+__all__ = ["gaussian_llr", "laplace_llr", "release_llr", "cost_scores", "lira_scores"]
 
 
 def _flat_trials(name: str, y: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -100,19 +102,6 @@ def laplace_llr(y: np.ndarray, mean_in: np.ndarray, mean_out: np.ndarray, b: flo
     t = np.clip((flat[:, changed] - o) / gap, 0.0, 1.0)
     value = (np.abs(gap) * (2.0 * t - 1.0)).sum(axis=1)
     return value if b == 0.0 else value / b
-
-
-def upper_triangle(matrices: np.ndarray) -> np.ndarray:
-    """Upper triangle (diagonal included) of (..., d, d) matrices, shape (..., d(d+1)/2).
-
-    A symmetric release carries its information in these entries only (the lower
-    triangle mirrors the same noise draws).
-    """
-    m = np.asarray(matrices)
-    if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
-        raise ValueError(f"matrices must have shape (..., d, d), got {m.shape}")
-    rows, cols = np.triu_indices(m.shape[-1])
-    return m[..., rows, cols]
 
 
 def release_llr(

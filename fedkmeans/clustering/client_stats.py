@@ -42,6 +42,51 @@ def outer_product_sum(points: np.ndarray) -> np.ndarray:
     return points.T @ points
 
 
+def upper_triangle(matrices: np.ndarray) -> np.ndarray:
+    """Upper triangles (diagonal included) of symmetric matrices, row-major.
+
+    Step 1's ``sum_p p p^T`` and its symmetric noise carry their information in these
+    entries only: replies travel this way (half the bytes) and the attacks score them.
+
+    Parameters
+    ----------
+    matrices : ndarray of shape (..., d, d)
+
+    Returns
+    -------
+    ndarray of shape (..., d (d + 1) / 2)
+        :func:`symmetric_from_upper` inverts it for symmetric input.
+    """
+    m = np.asarray(matrices)
+    if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
+        raise ValueError(f"matrices must have shape (..., d, d), got {m.shape}")
+    rows, cols = np.triu_indices(m.shape[-1])
+    return m[..., rows, cols]
+
+
+def symmetric_from_upper(triangles: np.ndarray, dim: int) -> np.ndarray:
+    """The symmetric matrices whose upper triangles :func:`upper_triangle` returned.
+
+    Parameters
+    ----------
+    triangles : ndarray of shape (m, dim (dim + 1) / 2)
+    dim : int
+
+    Returns
+    -------
+    ndarray of float64, shape (m, dim, dim)
+    """
+    triangles = np.asarray(triangles, dtype=np.float64)
+    size = dim * (dim + 1) // 2
+    if triangles.ndim != 2 or triangles.shape[1] != size:
+        raise ValueError(f"triangles must have shape (m, {size}), got {triangles.shape}")
+    rows, cols = np.triu_indices(dim)
+    out = np.empty((triangles.shape[0], dim, dim))
+    out[:, rows, cols] = triangles
+    out[:, cols, rows] = triangles
+    return out
+
+
 def projected_histogram(
     points: np.ndarray, basis: np.ndarray, projected_server: np.ndarray
 ) -> np.ndarray:

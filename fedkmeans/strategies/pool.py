@@ -25,8 +25,9 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
-from fedkmeans.wire import TRIANGLE, pack, unpack, unpack_symmetric
+from fedkmeans.wire import TRIANGLE, pack, unpack
 
 LOG = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class ClientPool:
                         nid, round_name, f"'{name}{TRIANGLE}' has shape {triangles.shape}, "
                         f"expected {(ids.size, size)}"
                     )
-                value = unpack_symmetric(triangles, shape[0])
+                value = symmetric_from_upper(triangles, shape[0])
             if value is None or value.shape != (ids.size, *shape):
                 found = None if value is None else value.shape
                 return self._reject(
