@@ -344,6 +344,7 @@ class CuriousServer:
             stages=tuple(stages),
             final_round=final_round,
             fallback=fallback,
+            replies_observed=not any(self.replies[name].aggregated for name in rounds),
         )
 
     def _game(self, truth: _GroundTruth, result: dict) -> dict:
@@ -382,7 +383,7 @@ class CuriousServer:
         if traces[0].final_round is None:
             out["differencing"] = out["membership_cost"] = out["membership_lira"] = None
             if self.secure_aggregation:
-                _server_sees_releases(out)
+                _label_secagg_view(out)
             return out
         out["differencing"] = {
             **common,
@@ -392,7 +393,7 @@ class CuriousServer:
             **differencing(traces, generator(seed, "attack", "differencing"), trials),
         }
         if self.secure_aggregation:
-            _server_sees_releases(out)
+            _label_secagg_view(out)
         if traces[0].unit == "datapoint":
             out["membership_cost"] = {
                 **common,
@@ -510,22 +511,20 @@ def _round_clients(replies) -> np.ndarray:
     return replies.client_ids
 
 
-def _server_sees_releases(results: dict) -> None:
-    """Under SecAgg the curious server's view of a target is the noisy sums: the analyst's.
+def _label_secagg_view(results: dict) -> None:
+    """Say, in place, what the curious server's entries were scored on under SecAgg.
 
-    The game functions score a ``curious_server`` view on the target client's own
-    replies; under secure aggregation the server never received them, so that entry
-    is replaced, in place, by the test on the noisy releases (whose noise scale is the
-    ledger's effective sigma of the summed shares).
+    The game scores the server's view of a target that it never received a reply
+    from on the noisy releases (``TargetTrace.replies_observed``), whose noise scale
+    is the ledger's effective sigma of the summed shares.
     """
     for name in ("membership_lr", "differencing"):
         entry = results.get(name)
-        if entry and "analyst" in entry:
-            entry["curious_server"] = {
-                **entry["analyst"],
-                "view": "SecAgg+: only the noisy sums of all asked clients (the analyst's "
-                "view); noise shares assumed secret (node config noise-seed)",
-            }
+        if entry and "curious_server" in entry:
+            entry["curious_server"]["view"] = (
+                "SecAgg+: only the noisy sums of all asked clients (the analyst's view); "
+                "noise shares assumed secret (node config noise-seed)"
+            )
 
 
 def _assignment(sent: dict) -> tuple[np.ndarray, np.ndarray | None]:

@@ -117,6 +117,9 @@ class TargetTrace:
         The last round that released sums and counts (differencing, cost test).
     fallback : ndarray of shape (k, d) or None
         Centers the final round keeps where a noisy count is too small.
+    replies_observed : bool
+        Whether the curious server received the target client's own replies. False
+        under secure aggregation: its view is then the noisy sums, the analyst's.
     """
 
     unit: str
@@ -124,6 +127,7 @@ class TargetTrace:
     stages: tuple[StageTrace, ...]
     final_round: str | None = None
     fallback: np.ndarray | None = None
+    replies_observed: bool = True
 
     def stage(self, name: str) -> StageTrace:
         """The trace of release ``name``."""
@@ -148,7 +152,8 @@ def lr_membership(
     -------
     dict
         ``analyst``: summary over the noisy releases (log-likelihood ratio summed over
-        every release); ``curious_server``: over the target client's own replies.
+        every release); ``curious_server``: over the target client's own replies (the
+        noisy releases when ``replies_observed`` is False).
     """
     trials = _check_trials(trials)
     if not targets:
@@ -160,8 +165,12 @@ def lr_membership(
             for s in target.stages:
                 score += s.llr(s.released(world_in, rng, trials))
             sink.append(score)
-        server_in.append(sum(s.reply_llr(s.reply_in) for s in target.stages))
-        server_out.append(sum(s.reply_llr(s.reply_out) for s in target.stages))
+        if target.replies_observed:
+            server_in.append(sum(s.reply_llr(s.reply_in) for s in target.stages))
+            server_out.append(sum(s.reply_llr(s.reply_out) for s in target.stages))
+        else:  # secure aggregation: the server's view is the noisy releases
+            server_in.append(analyst_in[-1])
+            server_out.append(analyst_out[-1])
     return {
         "analyst": membership_summary(np.concatenate(analyst_in), np.concatenate(analyst_out)),
         "curious_server": membership_summary(
@@ -205,7 +214,8 @@ def differencing(
     """Differencing attack on the final sums/counts release of every target.
 
     The analyst gets one release with and one without the target (independent fresh
-    noise) per trial; the curious server gets the target client's two replies.
+    noise) per trial; the curious server gets the target client's two replies (the
+    same releases as the analyst when ``replies_observed`` is False).
 
     Returns
     -------
@@ -224,10 +234,15 @@ def differencing(
             sums.released(True, rng, trials), counts.released(True, rng, trials),
             sums.released(False, rng, trials), counts.released(False, rng, trials),
         )
-        for row, r in zip(est, clusters.tolist(), strict=True):
-            truth = _truth(target, sums.aggregate_in - sums.aggregate_out,
-                           counts.aggregate_in - counts.aggregate_out, r)
-            analyst.append(cosine_similarity(row, truth))
+        released = [
+            cosine_similarity(row, _truth(target, sums.aggregate_in - sums.aggregate_out,
+                                          counts.aggregate_in - counts.aggregate_out, r))
+            for row, r in zip(est, clusters.tolist(), strict=True)
+        ]
+        analyst += released
+        if not target.replies_observed:  # secure aggregation: only the noisy sums
+            server += released
+            continue
         est, r = difference_attack(sums.reply_in, counts.reply_in, sums.reply_out,
                                    counts.reply_out)
         truth = _truth(target, sums.reply_in - sums.reply_out,
