@@ -266,6 +266,15 @@ class ExperimentConfig:
         return self.k == AUTO_K
 
     @property
+    def largest_k(self) -> tuple[str, int]:
+        """``(key, value)`` of the most clusters the run may use.
+
+        ``("k", k)``, or ``("k-max", k_max)`` when ``k = auto`` (the FedDP-Init subspace
+        then has ``k-max`` dimensions).
+        """
+        return ("k-max", self.k_max) if self.k_auto else ("k", self.k)
+
+    @property
     def is_private(self) -> bool:
         """True when the run adds noise and clips: finite epsilon and a private algorithm."""
         return self.privacy.is_private and self.algorithm not in NON_PRIVATE_ALGORITHMS
@@ -466,14 +475,14 @@ def validate(config: ExperimentConfig) -> None:
     _check_holdout(d)
     if d.name == "mixture":
         n_server = d.components * d.server_points_per_component + d.server_uniform_points
-        key, value = ("k-max", c.k_max) if c.k_auto else ("k", c.k)
+        key, value = c.largest_k
         _check(
             n_server >= value, key,
             f"at most the number of server points ({n_server} = data.components * "
             "data.server-points-per-component + data.server-uniform-points)", value,
         )
     if d.name in REAL_DATASETS and d.server_points:
-        key, value = ("k-max", c.k_max) if c.k_auto else ("k", c.k)
+        key, value = c.largest_k
         _check(value <= d.server_points, key,
                f"at most data.server-points ({d.server_points})", value)
     if d.name in REAL_DATASETS:

@@ -80,9 +80,8 @@ def run_server(
         raise ValueError(
             f"server data has d={server_x.shape[1]} but the nodes' data has d={pool.dim}"
         )
-    k_needed = config.k_max if config.k_auto else config.k
+    key, k_needed = config.largest_k
     if k_needed > server_x.shape[0]:
-        key = "k-max" if config.k_auto else "k"
         raise ValueError(f"{key}={k_needed} exceeds the {server_x.shape[0]} server points")
 
     ctx = ServerContext(

@@ -37,7 +37,7 @@ class FedDPKMeans(Strategy):
     def initial_centers(self, ctx: ServerContext) -> np.ndarray:
         """Run FedDP-Init; return the (k, d) initial centers."""
         d, auto = ctx.pool.dim, ctx.config.k_auto
-        k = ctx.config.k_max if auto else ctx.k  # k = auto: a k-max dimensional subspace
+        _, k = ctx.config.largest_k  # k = auto: a k-max dimensional subspace
 
         def subspace() -> dict[str, np.ndarray]:
             replies = ctx.pool.query(
