@@ -28,26 +28,24 @@ def _npz(path: str) -> NpzDataset:
     return load_npz(path)
 
 
+def _module(name: str):
+    """The module of a real data set (imported on demand: optional packages)."""
+    from fedkmeans.data import mplsstops, nycflights
+
+    return {"nycflights": nycflights, "mplsstops": mplsstops}[name]
+
+
 @lru_cache(maxsize=2)
 def _columns(name: str) -> dict[str, np.ndarray]:
     """The parsed table of a real data set (once per process)."""
-    if name == "nycflights":
-        from fedkmeans.data import nycflights
-
-        return nycflights.load_columns()
-    from fedkmeans.data import mplsstops
-
-    return mplsstops.load_columns()
+    return _module(name).load_columns()
 
 
 @lru_cache(maxsize=4)
 def _federation(
     name: str, holdout: str, min_points: int, max_clients: int, max_points: int
 ) -> Federation:
-    from fedkmeans.data import mplsstops, nycflights
-
-    module = nycflights if name == "nycflights" else mplsstops
-    return module.build(
+    return _module(name).build(
         _columns(name), parse_holdout(holdout), min_points=min_points,
         max_clients=max_clients, max_points=max_points,
     )

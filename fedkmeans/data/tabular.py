@@ -17,12 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedkmeans.data.npz import _readonly
+
 __all__ = ["Federation", "build_federation", "holdout_mask"]
-
-
-def _readonly(arr: np.ndarray) -> np.ndarray:
-    arr.flags.writeable = False
-    return arr
 
 
 @dataclass(frozen=True, eq=False)
