@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import beta
 
+from fedkmeans.attacks.game import noisy_releases
 from fedkmeans.attacks.membership import release_llr
 from fedkmeans.clustering.client_stats import (
     cluster_sums_counts,
@@ -62,7 +63,6 @@ from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
-from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.seeding import generator
 
 __all__ = [
@@ -255,14 +255,8 @@ class CanaryGame:
             for r in self.releases:
                 value = (self.aggregate_in if world_in else self.aggregate_out)[r.stage]
                 symmetric = r.stage.endswith("covariance")
-                if r.mechanism == "gaussian":
-                    mech = GaussianMechanism(r.sensitivity, r.noise_scale)
-                else:
-                    mech = LaplaceMechanism(r.sensitivity, r.noise_scale)
-                if symmetric:
-                    noisy = np.stack([mech.add_symmetric_noise(value, rng) for _ in range(n)])
-                else:
-                    noisy = mech.add_noise(np.broadcast_to(value, (n, *value.shape)), rng)
+                noisy = noisy_releases(r.mechanism, r.sensitivity, r.noise_scale, value, rng,
+                                       n, symmetric=symmetric)
                 out[done:done + n] += score(
                     r.mechanism, r.noise_scale, noisy, self.aggregate_in[r.stage],
                     self.aggregate_out[r.stage], symmetric=symmetric,

@@ -43,7 +43,41 @@ __all__ = [
     "differencing",
     "lira_membership",
     "lr_membership",
+    "noisy_releases",
 ]
+
+
+def noisy_releases(
+    mechanism: str, sensitivity: float, noise_scale: float, value: np.ndarray,
+    rng: np.random.Generator, trials: int, *, symmetric: bool = False,
+) -> np.ndarray:
+    """``trials`` independent releases of ``value`` by the real mechanism code.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "laplace"}
+    sensitivity, noise_scale : float
+        As recorded in the ledger.
+    value : ndarray
+        The exact aggregate.
+    rng : numpy.random.Generator
+    trials : int, >= 1
+    symmetric : bool
+        Symmetric matrix noise (FedDP-Init step 1).
+
+    Returns
+    -------
+    ndarray of shape (trials, *value.shape)
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials!r}")
+    if mechanism == "gaussian":
+        mech = GaussianMechanism(sensitivity, noise_scale)
+    else:
+        mech = LaplaceMechanism(sensitivity, noise_scale)
+    if symmetric:
+        return np.stack([mech.add_symmetric_noise(value, rng) for _ in range(trials)])
+    return mech.add_noise(np.broadcast_to(value, (trials, *value.shape)), rng)
 
 
 @dataclass(frozen=True)
@@ -80,16 +114,11 @@ class StageTrace:
 
     def released(self, world_in: bool, rng: np.random.Generator, trials: int) -> np.ndarray:
         """``trials`` independent noisy releases in one world, shape (trials, ...)."""
-        if trials < 1:
-            raise ValueError(f"trials must be >= 1, got {trials!r}")
-        value = self.aggregate_in if world_in else self.aggregate_out
-        if self.mechanism == "gaussian":
-            mechanism = GaussianMechanism(self.sensitivity, self.noise_scale)
-        else:
-            mechanism = LaplaceMechanism(self.sensitivity, self.noise_scale)
-        if self.symmetric:
-            return np.stack([mechanism.add_symmetric_noise(value, rng) for _ in range(trials)])
-        return mechanism.add_noise(np.broadcast_to(value, (trials, *value.shape)), rng)
+        return noisy_releases(
+            self.mechanism, self.sensitivity, self.noise_scale,
+            self.aggregate_in if world_in else self.aggregate_out, rng, trials,
+            symmetric=self.symmetric,
+        )
 
     def llr(self, releases: np.ndarray) -> np.ndarray:
         """Log-likelihood ratio of noisy releases (analyst's test), shape (trials,)."""
