@@ -25,11 +25,12 @@ Paper mixture (K=10, d=100), delta=1e-6, in-process engine (same code as `flwr r
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from results_table import write_csv
 
 from fedkmeans.experiment import run
 
@@ -79,10 +80,7 @@ def main() -> None:
                       flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     name = "acceptance" + (f"-{args.level}" if args.level else "")
-    with (OUT / f"{name}.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(OUT / f"{name}.csv", rows)
     lines = [
         "| level | algorithm | T | target eps | max spent eps | cost/optimal: median | max "
         "| accuracy: min |",

@@ -11,10 +11,11 @@ counted (it is evaluation, not the algorithm).
 
 from __future__ import annotations
 
-import csv
 import tempfile
 import time
 from pathlib import Path
+
+from results_table import write_csv
 
 from fedkmeans.experiment import run
 
@@ -64,10 +65,7 @@ def main() -> None:
                 })
                 print(rows[-1], flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    with (OUT / "engines.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(OUT / "engines.csv", rows)
     lines = [
         "| federation | engine | nodes | wall s (end to end) | server run s | "
         "first round s | after start-up s | cost/optimal | reference s |",

@@ -15,7 +15,6 @@ loops). Results: docs/results/scale.md and scale.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import threading
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_table import markdown_table, write_csv
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
 from fedkmeans.clustering.client_stats import nearest_center
@@ -172,13 +172,8 @@ def main() -> None:
                 print(rows[-1], flush=True)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.with_suffix(".csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    header = list(rows[0])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows]
+    write_csv(out.with_suffix(".csv"), rows)
+    lines = markdown_table(rows)
     out.with_suffix(".md").write_text(
         "Measured by `python benchmarks/scale.py` on 2 cores (mixture, 50 points per "
         "client, d = 100, client level, eps = 3, T = 0). The register round of `flower` "

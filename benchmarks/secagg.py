@@ -14,7 +14,6 @@ seeded noise share.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import statistics
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from flwr.supercore.task_identity import TaskIdentity
+from results_table import markdown_table, write_csv
 
 from fedkmeans import client_app
 from fedkmeans.config import parse_config
@@ -170,11 +170,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [one(*item, tmp) for item in plan]
     OUT.mkdir(parents=True, exist_ok=True)
-    with (OUT / "secagg.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    header = list(rows[0])
+    write_csv(OUT / "secagg.csv", rows)
     lines = [
         "# Secure aggregation with distributed noise: measured",
         "",
@@ -184,10 +180,8 @@ def main() -> None:
         "worst case N h / 2 and measured max |release - float noisy sum|, both over "
         "sigma.",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
+        *markdown_table(rows),
     ]
-    lines += ["| " + " | ".join(str(r[h]) for h in header) + " |" for r in rows]
     (OUT / "secagg.md").write_text("\n".join(lines) + "\n")
 
 

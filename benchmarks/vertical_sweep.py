@@ -22,7 +22,6 @@ or from sample rows (it does not).
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import math
 import statistics
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_table import write_csv
 
 from fedkmeans.seeding import generator
 from fedkmeans.vertical.accounting import consistent_inputs
@@ -173,14 +173,6 @@ def support_rows() -> list[dict]:
                              "mean_candidates": float(counts.mean()),
                              "pinned": float(np.mean(counts == 1))})
     return rows
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    keys = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def plot(quality: list[dict], attack: list[dict]) -> list[str]:
@@ -336,8 +328,8 @@ def main() -> None:
     attack = attack_rows(args.attack_seeds)
     support = support_rows()
     seconds = time.perf_counter() - start
-    write_csv(quality, OUT / "vertical_quality.csv")
-    write_csv(attack, OUT / "vertical_attack.csv")
+    write_csv(OUT / "vertical_quality.csv", quality)
+    write_csv(OUT / "vertical_attack.csv", attack)
     figures = plot(quality, attack)
     (OUT / "vertical.md").write_text(
         markdown(quality, attack, support, args.seeds, args.attack_seeds, seconds, figures))
