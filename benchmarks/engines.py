@@ -4,9 +4,9 @@
 
 Writes docs/results/engines.md (and .csv). The reference implementation took 26 s
 (data-point, eps=3.13) and 63 s (client level, eps=2.556) on the same 2 cores
-(FACTS.md). Timings include data generation on the nodes, every protocol round and
-the non-private evaluation round; the optimal cost is cached beforehand so it is not
-counted (it is evaluation, not the algorithm).
+(docs/facts.md, "Reference numbers"). Timings include data generation on the nodes,
+every protocol round and the non-private evaluation round; the optimal cost is cached
+beforehand so it is not counted (it is evaluation, not the algorithm).
 """
 
 from __future__ import annotations

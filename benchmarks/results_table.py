@@ -30,3 +30,9 @@ def markdown_table(rows: Sequence[Mapping]) -> list[str]:
         "|" + "---|" * len(header),
         *("| " + " | ".join(str(row[h]) for h in header) + " |" for row in rows),
     ]
+
+
+def write_tables(directory: Path, name: str, intro: str, rows: Sequence[Mapping]) -> None:
+    """Write ``<name>.csv`` and ``<name>.md`` (``intro``, a blank line, the table)."""
+    write_csv(directory / f"{name}.csv", rows)
+    (directory / f"{name}.md").write_text("\n".join([intro, "", *markdown_table(rows), ""]))

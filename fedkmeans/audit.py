@@ -5,6 +5,12 @@ Command line::
     python -m fedkmeans.audit --mechanism lloyds --epsilon 4 --trials 20000
     python -m fedkmeans.audit --mechanism all --epsilon 1 --budget run
     python -m fedkmeans.audit --mechanism covariance --epsilon 1 --under-noise
+    python -m fedkmeans.audit --path release --mechanism all --level both --trials 20000
+    python -m fedkmeans.audit --path release --mechanism histogram --legacy-sensitivity
+
+``--path release`` audits through the server's real release path with worst-case
+neighbours (:mod:`fedkmeans.attacks.release_audit`); the default ``--path canary`` is
+the canary game below.
 
 The game, for one release (or one round's joint releases, e.g. a FedDP-Lloyds step's
 sums and counts):
@@ -30,8 +36,8 @@ sums and counts):
 
    Any (eps, delta)-DP mechanism has eps_LB <= eps except with probability about 5%;
    an eps_LB above the accountant's epsilon means the noise is too small for the
-   sensitivity actually achieved (``--under-noise`` plants FACTS.md Bug 1: step-1
-   noise calibrated to Delta instead of Delta^2).
+   sensitivity actually achieved (``--under-noise`` plants docs/facts.md,
+   "Reference bug 1": step-1 noise calibrated to Delta instead of Delta^2).
 
 Zero errors among ``n`` evaluation trials per world caps the bound at about
 ``ln(1 / (1 - 0.025^(1/n)))``: 4.9 at 500 per world (1000 evaluation trials).
@@ -46,12 +52,25 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
-from scipy.stats import beta
 
+from fedkmeans.attacks.bounds import (
+    check_delta,
+    choose_threshold,
+    clopper_pearson,
+    epsilon_lower_bound,
+)
 from fedkmeans.attacks.game import noisy_releases
+from fedkmeans.attacks.ledger_check import recompute_epsilon
 from fedkmeans.attacks.membership import release_llr
+from fedkmeans.attacks.release_audit import (
+    AUDITED,
+    LEVELS,
+    ReleaseAuditResult,
+    audit_release,
+)
 from fedkmeans.clustering.client_stats import (
     cluster_sums_counts,
     outer_product_sum,
@@ -104,97 +123,6 @@ def _check_epsilon(epsilon: float) -> float:
     ):
         raise ValueError(f"epsilon must be a finite float in (0, 100], got {epsilon!r}")
     return float(epsilon)
-
-
-def _check_delta(delta: float) -> float:
-    if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-# -- statistics: Clopper-Pearson and the epsilon lower bound ---------------------------
-def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided Clopper-Pearson interval for a binomial proportion.
-
-    Parameters
-    ----------
-    successes : int
-        Observed count, in [0, n].
-    n : int
-        Number of trials, >= 1.
-    confidence : float
-        In (0, 1); each side gets ``(1 - confidence) / 2``.
-
-    Returns
-    -------
-    (lower, upper) : tuple of float
-    """
-    n = _check_int("n", n, 1)
-    if isinstance(successes, bool) or not isinstance(successes, (int, np.integer)) or not (
-        0 <= successes <= n
-    ):
-        raise ValueError(f"successes must be an integer in [0, n={n}], got {successes!r}")
-    if not (isinstance(confidence, float) and 0 < confidence < 1):
-        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
-    alpha = 1.0 - confidence
-    lower = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
-    upper = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return lower, upper
-
-
-def _cp_upper(successes: np.ndarray, n: int, confidence: float) -> np.ndarray:
-    alpha = 1.0 - confidence
-    k = np.asarray(successes, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        upper = beta.ppf(1 - alpha / 2, k + 1, n - k)
-    return np.where(k >= n, 1.0, upper)
-
-
-def _bound_from_rates(fpr_upper, fnr_upper, delta: float):
-    fpr_upper, fnr_upper = np.asarray(fpr_upper, float), np.asarray(fnr_upper, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.where(
-            (1 - delta - fpr_upper > 0) & (fnr_upper > 0),
-            np.log((1 - delta - fpr_upper) / fnr_upper), -np.inf,
-        )
-        b = np.where(
-            (1 - delta - fnr_upper > 0) & (fpr_upper > 0),
-            np.log((1 - delta - fnr_upper) / fpr_upper), -np.inf,
-        )
-    return np.maximum(0.0, np.maximum(a, b))
-
-
-def epsilon_lower_bound(
-    false_positives: int, n_out: int, false_negatives: int, n_in: int, delta: float,
-    confidence: float = 0.95,
-) -> float:
-    """eps_LB from the error counts of one threshold test (FACTS.md, "Auditing").
-
-    Parameters
-    ----------
-    false_positives : int
-        OUT trials the test called IN, in [0, n_out].
-    n_out : int
-        OUT (canary absent) trials, >= 1.
-    false_negatives : int
-        IN trials the test called OUT, in [0, n_in].
-    n_in : int
-        IN (canary present) trials, >= 1.
-    delta : float
-        The mechanism's delta, in (0, 1).
-    confidence : float
-        Of each two-sided Clopper-Pearson interval (0.95).
-
-    Returns
-    -------
-    float
-        ``max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))`` with the
-        upper Clopper-Pearson bounds ``FPR+`` and ``FNR+``.
-    """
-    delta = _check_delta(delta)
-    fpr_upper = clopper_pearson(false_positives, n_out, confidence)[1]
-    fnr_upper = clopper_pearson(false_negatives, n_in, confidence)[1]
-    return float(_bound_from_rates(fpr_upper, fnr_upper, delta))
 
 
 # -- the canary game ------------------------------------------------------------------
@@ -290,7 +218,7 @@ def _planned(
     mechanism: str, privacy: PrivacyConfig, budget: str, under_noise: bool
 ) -> list[PlannedRelease]:
     plan = release_plan("feddp-kmeans", privacy)
-    if under_noise:  # FACTS.md Bug 1: step-1 sensitivity Delta instead of Delta^2
+    if under_noise:  # docs/facts.md, "Reference bug 1": Delta, not Delta^2
         plan = [
             PlannedRelease(p.stage, p.mechanism, privacy.data_radius, p.weight,
                            p.sampling_rate, p.group)
@@ -354,7 +282,7 @@ def canary_game(
         raise ValueError(
             f"under_noise plants the step-1 bug and needs mechanism='covariance', got {mechanism!r}"
         )
-    epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
+    epsilon, delta = _check_epsilon(epsilon), check_delta(delta)
     if not (isinstance(data_radius, (int, float)) and math.isfinite(data_radius)
             and data_radius > 0):
         raise ValueError(f"data_radius must be a finite float > 0, got {data_radius!r}")
@@ -440,29 +368,6 @@ class AuditResult:
     seconds: float
 
 
-def _choose_threshold(
-    scores_in: np.ndarray, scores_out: np.ndarray, delta: float, confidence: float
-) -> float:
-    """The threshold that maximises eps_LB on (selection) scores; "score > t" says IN."""
-    values = np.unique(np.concatenate([scores_in, scores_out]))
-    if values.size == 1:
-        return float(values[0])
-    cuts = (values[:-1] + values[1:]) / 2.0
-    if cuts.size > 4000:  # keep both tails fully, thin the middle
-        idx = np.unique(np.concatenate([
-            np.arange(500), np.linspace(0, cuts.size - 1, 3000).astype(int),
-            np.arange(cuts.size - 500, cuts.size),
-        ]))
-        cuts = cuts[idx]
-    s_in, s_out = np.sort(scores_in), np.sort(scores_out)
-    fn = np.searchsorted(s_in, cuts, side="right")  # IN trials with score <= t
-    fp = s_out.size - np.searchsorted(s_out, cuts, side="right")
-    bounds = _bound_from_rates(
-        _cp_upper(fp, s_out.size, confidence), _cp_upper(fn, s_in.size, confidence), delta
-    )
-    return float(cuts[int(np.argmax(bounds))])
-
-
 def audit(
     mechanism: str,
     *,
@@ -515,7 +420,7 @@ def audit(
     rng = generator(seed, "audit", "noise", mechanism)
     select_in = game.scores(True, n_select, rng, test)
     select_out = game.scores(False, n_select, rng, test)
-    threshold = _choose_threshold(select_in, select_out, delta, confidence)
+    threshold = choose_threshold(select_in, select_out, delta, confidence)
     eval_in, eval_out = game.scores(True, n_eval, rng, test), game.scores(False, n_eval, rng, test)
     fp = int((eval_out > threshold).sum())
     fn = int((eval_in <= threshold).sum())
@@ -573,17 +478,81 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=10, help="number of clusters")
     p.add_argument("--count-noise", choices=("laplace", "gaussian"), default="laplace")
     p.add_argument("--under-noise", action="store_true",
-                   help="plant FACTS.md Bug 1: step-1 noise calibrated to Delta, not Delta^2")
+                   help="plant docs/facts.md 'Reference bug 1': step-1 noise "
+                        "calibrated to Delta, not Delta^2")
     p.add_argument("--test", choices=TESTS, default="lr",
                    help="lr: optimal test of the ideal mechanism; float: the textbook "
                    "floating-point ratio, which also reads the low-order bits of the release")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    p.add_argument("--path", choices=("canary", "release"), default="canary",
+                   help="canary: the canary game on the mechanism; release: worst-case "
+                   "neighbours through the server's real clip, sum, calibration and "
+                   "mechanism (--trials then counts evaluation releases per world)")
+    p.add_argument("--level", choices=(*LEVELS, "both"), default="both",
+                   help="--path release: privacy unit(s) to audit")
+    p.add_argument("--selection", type=int, default=5000,
+                   help="--path release: releases per world that only choose the threshold")
+    p.add_argument("--max-points", type=int, default=1000,
+                   help="--path release: max-points-per-client (the data-point target's cap)")
+    p.add_argument("--ledger", metavar="RELEASE_JSON", default=None,
+                   help="recompute the epsilon of a run's ledger (release.json or "
+                   "result.json) independently of the project's accountant, and exit")
+    p.add_argument("--legacy-sensitivity", action="store_true",
+                   help="--path release: plant the old defect (calibrate to the per-point "
+                   "change, ignoring the server's radial l1 clip)")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> list[AuditResult]:
+def _main_ledger(path: str) -> list[dict]:
+    """Print the recorded and the independently recomputed epsilon of a ledger."""
+    privacy = json.loads(Path(path).read_text())["privacy"]
+    recorded, target = privacy["epsilon"], privacy["target_epsilon"]
+    recomputed = recompute_epsilon(privacy["releases"], privacy["delta"])
+    row = {"releases": len(privacy["releases"]), "delta": privacy["delta"],
+           "recorded_epsilon": recorded, "recomputed_epsilon": recomputed,
+           "target_epsilon": target}
+    print(json.dumps(row))
+    return [row]
+
+
+def _main_release(args: argparse.Namespace) -> list[ReleaseAuditResult]:
+    levels = LEVELS if args.level == "both" else (args.level,)
+    pairs = [(s, m) for s, m in AUDITED if args.mechanism in ("all", s)]
+    if not pairs:
+        raise SystemExit(f"--path release audits {sorted({s for s, _ in AUDITED})} or all, "
+                         f"got --mechanism {args.mechanism}")
+    results = []
+    if not args.json:
+        print(f"{'level':<10} {'statistic':<11} {'mechanism':<9} {'claimed':>9} "
+              f"{'measured':>9} {'accountant eps':>14} {'eps_LB':>7} {'FP/n':>13} "
+              f"{'FN/n':>13} {'s':>6}")
+    for level in levels:
+        for statistic, mechanism in pairs:
+            r = audit_release(
+                level, statistic, mechanism, epsilon=args.epsilon, delta=args.delta,
+                trials=args.trials, selection=args.selection, data_radius=args.data_radius,
+                max_points=args.max_points, legacy_sensitivity=args.legacy_sensitivity,
+            )
+            results.append(r)
+            if args.json:
+                print(json.dumps(r.to_dict()))
+                continue
+            flag = "  <-- eps_LB exceeds the accountant" if (
+                r.epsilon_lb > r.accountant_epsilon) else ""
+            print(f"{level:<10} {statistic:<11} {mechanism:<9} {r.claimed_sensitivity:>9.4g} "
+                  f"{r.measured_change:>9.4g} {r.accountant_epsilon:>14.4f} "
+                  f"{r.epsilon_lb:>7.3f} {r.false_positives:>6}/{r.trials_per_world:<6} "
+                  f"{r.false_negatives:>6}/{r.trials_per_world:<6} {r.seconds:>6.1f}{flag}")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> list[AuditResult] | list[ReleaseAuditResult]:
     """Parse ``argv``, run the audits, print eps_LB next to the accountant's epsilon."""
     args = _parser().parse_args(argv)
+    if args.ledger is not None:
+        return _main_ledger(args.ledger)
+    if args.path == "release":
+        return _main_release(args)
     mechanisms = MECHANISMS if args.mechanism == "all" else (args.mechanism,)
     results = []
     if not args.json:

@@ -129,9 +129,9 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
 
     The request is the ``FitIns`` built by :class:`fedkmeans.strategies.secagg.
     SecAggAggregator` (asked client ids, broadcast arrays, per-statistic share scale
-    and grid step). Noise shares come from the node config ``noise-seed`` when set
-    (a deployment: a secret the server does not know), else from the run's seed
-    (simulation: reproducible, but a server knowing the seed could recompute them).
+    and grid step). Noise shares always come from the operating system's CSPRNG,
+    fresh per client and release (:mod:`fedkmeans.privacy.randomness`): nothing the
+    server sets or knows (run config, seed, run id, an earlier run) determines them.
     The reply's metrics are empty: only the masked vector leaves the node.
     """
     from fedkmeans.strategies import secagg as keys
@@ -146,7 +146,6 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     stats = _STATISTICS[str(settings[keys.KEY_STAGE])](node, clients, arrays)
     wanted = [n for n in str(settings[keys.KEY_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
-    noise_seed = int(context.node_config.get("noise-seed", node.config.seed))
     encoded = node.secagg_contribution(
         clients,
         stats,
@@ -154,7 +153,6 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
         {n: float(settings[keys.KEY_SHARE + n]) for n in wanted},
         {n: float(settings[keys.KEY_STEP + n]) for n in wanted},
         int(settings[keys.KEY_Q]),
-        noise_seed,
     )
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encoded), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

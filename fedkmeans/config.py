@@ -139,7 +139,8 @@ class PrivacyConfig:
     lloyds_steps : int
         Number T of FedDP-Lloyds rounds after the initialisation.
     data_radius : float
-        Delta: every point is clipped to this l2 norm (FACTS: 10.57 for the mixture).
+        Delta: every point is clipped to this l2 norm (the reference uses 10.57
+        for the mixture: docs/facts.md, "Data radius of the mixture").
     count_noise : {"laplace", "gaussian"}
         Noise on cluster counts. Must be gaussian when ``sampling_rate < 1`` so that a
         round releasing sums and counts is accounted as one subsampled Gaussian.
@@ -164,6 +165,13 @@ class PrivacyConfig:
         noisy sums (threat model 2; needs Gaussian count noise, sampling rate 1 and at
         least 2 nodes; ``federation.min-replies`` sets the clients whose shares must
         survive). See docs/secagg.md.
+    reproducible_noise : bool
+        ``False`` (default): the noise, the client sampling and the SecAgg noise shares
+        come from the operating system's CSPRNG, fresh for every run
+        (:mod:`fedkmeans.privacy.randomness`). ``True``: the server's noise and
+        sampling are derived from ``seed`` (tests and research only; the output then
+        says the guarantee holds only against someone who does not know the seed).
+        SecAgg noise shares are always secret, whatever this says.
     """
 
     level: str = "datapoint"
@@ -183,6 +191,7 @@ class PrivacyConfig:
     min_server_weight: float = 0.0
     min_cluster_count: float = 1.0
     aggregation: str = "central"
+    reproducible_noise: bool = False
 
     @property
     def is_private(self) -> bool:
@@ -520,7 +529,7 @@ def validate(config: ExperimentConfig) -> None:
         _check(
             p.count_noise == "gaussian", "privacy.count-noise",
             "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
-            "cohort are one subsampled mechanism; see FACTS.md, subsampling trap)",
+            "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')",
             p.count_noise,
         )
     _check(

@@ -437,7 +437,7 @@ def make_node_keys(keys_dir: Path, num_nodes: int) -> list[Path]:
     """One unencrypted OpenSSH ECDSA P-384 key pair per node.
 
     Flower 1.41 accepts NIST EC keys only; Ed25519, PEM and passphrase-protected keys
-    fail (FACTS.md).
+    fail (docs/facts.md, "Deployment with TLS and node authentication").
 
     Returns
     -------
@@ -1260,7 +1260,9 @@ def _summary(result: Mapping) -> str:
     return (
         f"{result['algorithm']}: cost {metrics['cost']:.6g} (optimal {metrics['optimal_cost']}), "
         f"epsilon {privacy['epsilon']} (target {privacy['target_epsilon']}), "
-        f"{result['federation']['num_nodes']} nodes, {result['wall_seconds']:.1f} s\n"
+        f"{result['federation']['num_nodes']} nodes registered, "
+        f"{result['federation'].get('nodes_answering_every_round', '?')} answered every round, "
+        f"{result['wall_seconds']:.1f} s\n"
         f"{result['result_path']}"
     )
 

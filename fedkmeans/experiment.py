@@ -24,10 +24,12 @@ From Python::
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from fedkmeans.config import ExperimentConfig, parse_config
+from fedkmeans import data as data_access
+from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
+from fedkmeans.rundir import check_output_dir
+
+#: One short random id per process: Hydra's run and sweep directories end with it, so
+#: two runs started in the same second never share a directory (``fedkmeans.rundir``).
+RUN_UID = uuid.uuid4().hex[:6]
+if not OmegaConf.has_resolver("fedkmeans_uid"):
+    OmegaConf.register_new_resolver("fedkmeans_uid", lambda: RUN_UID)
 
 #: Default cap of simulated nodes when ``federation.num-nodes = 0``.
 MAX_DEFAULT_NODES = 100
@@ -91,15 +101,48 @@ def num_nodes(config: ExperimentConfig) -> int:
     return 1 if config.federation.engine == "flower" else MAX_DEFAULT_NODES
 
 
+def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
+    """Every check that needs no client data, before any node starts.
+
+    Validates the keys (:func:`fedkmeans.config.parse_config`), resolves a relative
+    ``data.path`` against the current directory (the ``flower`` engine runs the server
+    elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
+    exceed the number of server points (the server's own, public data).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, the value and what is allowed.
+    """
+    config = parse_config(flat)
+    if config.data.name == "npz":
+        raw = str(flat.get("data.path", "") or "")
+        if not raw:
+            raise ConfigError("config key 'data.path' must name an existing .npz file when "
+                              "data.name='npz', got ''")
+        path = Path(raw).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"config key 'data.path' must name an existing .npz file, got "
+                              f"{raw!r} (resolved to {path})")
+        config = parse_config({**flat, "data.path": str(path)})
+    server_points = data_access.load_server(config)[0].shape[0]
+    key, value = config.largest_k
+    if value > server_points:
+        raise ConfigError(f"config key '{key}' must be at most the number of server points "
+                          f"({server_points}), got {value}")
+    return config
+
+
 def run_flat(flat: Mapping[str, Any]) -> dict:
     """Validate a flat config, run it on its engine, return the result dict."""
-    config = parse_config(flat)  # one clear error before any data is touched
+    config = preflight(flat)  # one clear error before any client data is touched
     flat = config.to_flat()
     if not flat["output-dir"]:
         flat["output-dir"] = str(
             Path.cwd().resolve() / "outputs" / f"{time.strftime('%Y%m%d-%H%M%S')}-"
             f"{uuid.uuid4().hex[:6]}"
         )
+    check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
     nodes = num_nodes(config)
     if config.federation.engine == "inprocess":
         from fedkmeans.client_app import app as client_app
@@ -138,6 +181,41 @@ def main(cfg: DictConfig) -> None:
     """
     hydra_config = HydraConfig.get()
     flat = flatten(cfg)
+    with one_line_errors():
+        _main(flat, hydra_config)
+
+
+#: Set to 1 to see the full traceback of a failed command-line run.
+TRACEBACK_ENV = "FEDKMEANS_TRACEBACK"
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Report a user error as one line on stderr and exit non-zero (no traceback).
+
+    Config errors exit 2; a run stopped by a signal exits 128 + the signal number;
+    any other error exits 1 with its type and message. ``FEDKMEANS_TRACEBACK=1``
+    re-raises instead, for the full traceback.
+    """
+    from fedkmeans.engines.flower import RunInterrupted
+
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        if isinstance(exc, RunInterrupted):
+            code = 128 + exc.signum
+        else:
+            code = 2 if isinstance(exc, ConfigError) else 1
+        kind = "config error" if isinstance(exc, ConfigError) else type(exc).__name__
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"fedkmeans: {kind}: {first}", file=sys.stderr)
+        print(f"(set {TRACEBACK_ENV}=1 for the full traceback)", file=sys.stderr)
+        sys.exit(code)
+
+
+def _main(flat: dict[str, Any], hydra_config) -> None:
     if hydra_config.mode == RunMode.MULTIRUN:
         from fedkmeans.sweep import job_output_dir, run_job
 

@@ -14,6 +14,11 @@ def log_through_flower() -> None:
     ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
     if ours.level == logging.NOTSET:
         ours.setLevel(logging.INFO)
+    # colour codes only on a terminal: never in a redirected log or a captured stream
+    for handler in flower.handlers:
+        stream = getattr(handler, "stream", None)
+        if hasattr(handler, "colored") and not (stream is not None and stream.isatty()):
+            handler.colored = False
     for handler in flower.handlers:
         if handler not in ours.handlers:
             ours.addHandler(handler)

@@ -16,7 +16,8 @@ Client-side privacy duties (the server re-clips anyway):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +34,10 @@ from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2, clip_rows_l2
 from fedkmeans.privacy.distributed import encode, node_contribution
-from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.privacy.randomness import secure_generator
+from fedkmeans.seeding import integer_seed
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,15 +67,26 @@ class NodeData:
         """Load only this node's clients (never another node's data)."""
         ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
         points, labels = {}, {}
-        clipped_any = False
         radius = config.privacy.data_radius
+        clipped = total = 0
         for cid in ids.tolist():
             x, y = data_access.load_client(config, cid, data_path)
-            if config.is_private and np.max(np.linalg.norm(x, axis=1)) > radius:
-                x = clip_rows_l2(x, radius)
-                clipped_any = True
+            total += x.shape[0]
+            if config.is_private:
+                outside = int((np.linalg.norm(x, axis=1) > radius).sum())
+                if outside:
+                    x = clip_rows_l2(x, radius)
+                    clipped += outside
             points[cid], labels[cid] = x, y
-        return cls(config, ids, points, labels, data_path, clipped_any)
+        if clipped:
+            # the node's own log (the operator's); this count never goes to the server
+            LOG.warning(
+                "node %d: %d of %d points (%.1f%%) lie outside privacy.data-radius = %g and "
+                "were clipped onto it%s", partition_id, clipped, total, 100 * clipped / total,
+                radius, " -- every point: is data-radius far too small for this data?"
+                if clipped == total else "",
+            )
+        return cls(config, ids, points, labels, data_path, clipped > 0)
 
     @property
     def dim(self) -> int:
@@ -124,7 +139,7 @@ class NodeData:
         share_stds: dict[str, float],
         steps: dict[str, float],
         q_range: int,
-        noise_seed: int,
+        share_rng: Callable[[str, int], np.random.Generator] | None = None,
     ) -> list[np.ndarray]:
         """This node's encoded SecAgg+ input: clipped statistics plus noise shares.
 
@@ -136,15 +151,18 @@ class NodeData:
             Per-client statistics of the round (from the methods above).
         round_name : str
             Round label; client ``c``'s share of release ``<round_name>/<s>`` is drawn
-            from ``generator(noise_seed, "noise-share", "<round_name>/<s>", c)``.
+            from ``share_rng("<round_name>/<s>", c)``.
         share_stds, steps : dict of str to float
             Per statistic: standard deviation of one client's share and the public
             grid step (:mod:`fedkmeans.privacy.distributed`).
         q_range : int
             SecAgg+ quantization range Q.
-        noise_seed : int
-            Root of the noise shares: the node's secret ``noise-seed`` node config in
-            a deployment, the run's seed in a simulation (docs/secagg.md).
+        share_rng : callable (stage, client id) -> numpy.random.Generator, optional
+            Source of each client's noise share. ``None`` (what the ClientApp always
+            uses): a fresh :func:`~fedkmeans.privacy.randomness.secure_generator` per
+            client and release, so no configuration, seed or earlier run lets the
+            server know a share. Unit tests pass a seeded factory to check the
+            arithmetic.
 
         Returns
         -------
@@ -155,7 +173,10 @@ class NodeData:
         out = []
         for name, values in stats.items():
             stage = f"{round_name}/{name}"
-            rngs = [generator(noise_seed, "noise-share", stage, int(c)) for c in clients]
+            rngs = [
+                secure_generator() if share_rng is None else share_rng(stage, int(c))
+                for c in clients
+            ]
             total = node_contribution(
                 values, bounds[name].server_bound, bounds[name].norm, share_stds[name], rngs,
                 symmetric=name == "covariance",

@@ -33,12 +33,21 @@ from fedkmeans.sweep import RESULTS_FILE, read_rows
 
 LEVELS = ("datapoint", "client")
 LEVEL_TITLES = {"datapoint": "data-point level", "client": "client level"}
-#: Plot order and colours (the rest follow in name order).
+#: Plot order (the rest follow in name order).
 ALGORITHM_ORDER = (
     "feddp-kmeans", "server-lloyds", "server-kmeans++", "sphere-packing", "kfed",
     "lloyds-nonprivate",
 )
 THRESHOLDS = (1.01, 1.05)
+#: One colour per algorithm in every plot of every report, whichever subset a sweep
+#: holds (an unknown name gets a grey).
+ALGORITHM_COLOURS = {name: f"C{i}" for i, name in enumerate(ALGORITHM_ORDER)}
+OTHER_COLOUR = "0.5"
+
+
+def algorithm_colour(name: str) -> str:
+    """The fixed colour of ``name`` (:data:`ALGORITHM_COLOURS`)."""
+    return ALGORITHM_COLOURS.get(name, OTHER_COLOUR)
 
 
 def _float(value: str | None) -> float | None:
@@ -139,7 +148,7 @@ def _plot(
     levels = [lv for lv in LEVELS if any(r["privacy.level"] == lv for r in rows)]
     levels += sorted({r["privacy.level"] for r in rows} - set(levels))
     algorithms = _algorithms(rows)
-    colours = {a: f"C{i}" for i, a in enumerate(algorithms)}
+    colours = {a: algorithm_colour(a) for a in algorithms}
     fig, axes = plt.subplots(
         len(panels), len(levels), figsize=(max(6.4, 5.2 * len(levels)), 3.8 * len(panels)),
         squeeze=False, sharex="col",

@@ -6,7 +6,6 @@ alike, so every engine executes the same server code.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -15,17 +14,19 @@ from pathlib import Path
 from flwr.serverapp import Grid
 
 from fedkmeans import data as data_access
+from fedkmeans.artefacts import RESULT_FILE, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
+from fedkmeans.rundir import claim_output_dir
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
 
-RESULT_FILE = "result.json"
+__all__ = ["RESULT_FILE", "run_server"]
 
 
 def run_server(
@@ -48,10 +49,23 @@ def run_server(
     -------
     dict
         The content of ``result.json``.
+
+    Raises
+    ------
+    fedkmeans.rundir.OutputDirError
+        Another live run holds the output directory, or it holds the result of another
+        configuration (before any node is asked anything).
     """
+    output_dir = _output_dir(config, run_id)
+    with claim_output_dir(output_dir, config):
+        return _run_claimed(grid, config, output_dir, observers)
+
+
+def _run_claimed(
+    grid: Grid, config: ExperimentConfig, output_dir: Path, observers: list | None
+) -> dict:
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    output_dir = _output_dir(config, run_id)
 
     checkpoint = Checkpoint.open(output_dir / "checkpoint", config)
     plan = release_plan(config.algorithm, config.privacy)
@@ -91,7 +105,11 @@ def run_server(
         server_x=server_x,
         releases={r.stage: r for r in releases},
         observers=observers,
+        expected_rounds=_expected_rounds(config),
     )
+    randomness = ctx.private_randomness
+    if config.is_private and not randomness.is_secure:
+        LOG.warning("%s", randomness.notice)
     strategy = build_strategy(config.algorithm)
     centers = strategy.run(ctx)
     timings.update(ctx.timings)
@@ -123,6 +141,8 @@ def run_server(
             "aggregation": config.privacy.aggregation,
             "accountant": "dp-accounting PLD, add/remove one "
             + ("data point" if config.privacy.level == "datapoint" else "client"),
+            "noise": _noise_source(ctx),
+            "guarantee": _guarantee(config, spent, ctx),
         },
         "metrics": {
             **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi")},
@@ -134,6 +154,8 @@ def run_server(
         "federation": {
             "num_nodes": len(pool.node_clients),
             "num_clients": int(pool.client_ids.size),
+            "rounds": pool.answered,
+            "nodes_answering_every_round": _answering_everywhere(pool),
             "rejected_replies": pool.rejected,
         },
         "timings": timings,
@@ -156,15 +178,52 @@ def run_server(
             "rounds": pool.secagg.rounds,
         }
     if curious is not None:
+        from fedkmeans.attacks.curious import summary_table
+
         result["attack"] = curious.report(centers=centers, result=result)
-    path = output_dir / RESULT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
+        for line in summary_table(result["attack"]):
+            LOG.info("[attack] %s", line)
+    path = write_artefacts(output_dir, result, seed_is_secret=not randomness.is_secure)
     LOG.info(
         "%s: cost %.4f (optimal %s), epsilon %s; wrote %s",
         config.algorithm, evaluation["cost"], best, result["privacy"]["epsilon"], path,
     )
     return result
+
+
+def _expected_rounds(config: ExperimentConfig) -> int:
+    """Protocol rounds the algorithm will run (for the progress lines)."""
+    init = {"feddp-kmeans": 3, "kfed": 1}.get(config.algorithm, 0)
+    return init + (0 if config.algorithm == "kfed" else config.privacy.lloyds_steps)
+
+
+def _answering_everywhere(pool: ClientPool) -> int:
+    """Registered nodes that no round rejected or missed (a dead node is not counted)."""
+    lost = {r["node"] for r in pool.rejected}
+    return len([nid for nid in pool.node_clients if nid not in lost])
+
+
+def _noise_source(ctx: ServerContext) -> dict:
+    """Where the private randomness of the run came from (secret or seeded)."""
+    randomness = ctx.private_randomness
+    out = {"reproducible": not randomness.is_secure, "notice": randomness.notice}
+    if ctx.config.privacy.aggregation == "secagg":
+        out["secagg_shares"] = "secret: each client's CSPRNG, fresh per release"
+    return out
+
+
+def _guarantee(config: ExperimentConfig, spent: float, ctx: ServerContext) -> str:
+    """One sentence: what release.json is protected by, and against whom."""
+    if math.isinf(spent):
+        return "none: the run released client statistics without noise"
+    unit = "data point" if config.privacy.level == "datapoint" else "client"
+    sentence = (
+        f"({spent:.4g}, {config.privacy.delta:g})-DP for adding or removing one {unit}, "
+        "for everything in release.json"
+    )
+    if not ctx.private_randomness.is_secure:
+        sentence += ", only against someone who does not know the seed"
+    return sentence
 
 
 def _number(value: float) -> float | str:

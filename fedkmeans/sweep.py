@@ -23,9 +23,10 @@ A job that raises (a bad value, a missing file, a run error) is recorded as
 ``failed`` and the sweep goes on. Appends hold an exclusive lock on
 ``results.csv.lock``, so jobs of a parallel launcher, or two sweeps sharing a
 directory, never interleave rows. After each job a line shows jobs done / total,
-failures, elapsed time and the ETA; :class:`SweepCallback` counts the jobs when the
-multirun starts. ``python -m fedkmeans.report SWEEP_DIR`` turns the table into plots
-and a Markdown summary.
+failures, elapsed time and the ETA (:func:`eta_seconds`); :class:`SweepCallback`
+counts the jobs when the multirun starts, and exits with status 1 at the end if a job
+failed (``FEDKMEANS_SWEEP_ALLOW_FAILURES=1`` keeps status 0). ``python -m
+fedkmeans.report SWEEP_DIR`` turns the table into plots and a Markdown summary.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import csv
 import json
 import logging
 import math
+import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -51,6 +54,8 @@ except ImportError:  # pragma: no cover
 LOG = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.csv"
+#: ``FEDKMEANS_SWEEP_ALLOW_FAILURES=1``: a multirun with failed jobs still exits 0.
+ALLOW_FAILURES_ENV = "FEDKMEANS_SWEEP_ALLOW_FAILURES"
 META_FILE = "sweep.json"
 ERROR_FILE = "error.txt"
 
@@ -229,8 +234,26 @@ def progress_line(sweep_dir: Path, rows: list[dict[str, str]], row: Mapping[str,
         f"elapsed {_clock(elapsed)}",
     ]
     if total and done:
-        parts.append(f"ETA {_clock(elapsed / done * max(int(total) - done, 0))}")
+        parts.append(f"ETA {_clock(eta_seconds(mine, elapsed, int(total)))}")
     return " | ".join(parts)
+
+
+def eta_seconds(rows: Sequence[Mapping[str, Any]], elapsed: float, total: int) -> float:
+    """Seconds left: the median of the jobs since the first, times the jobs left.
+
+    The first job pays one-off costs (imports, the cached optimal cost, Ray start-up),
+    so it is left out as soon as another job has finished; the median ignores an
+    odd slow job; the ratio of elapsed time to the jobs' own time adds the sweep's
+    overhead between jobs. Converges after a few jobs.
+    """
+    walls = [float(r.get("wall_s") or 0.0) for r in rows]
+    done = len(walls)
+    if not done or done >= total:
+        return 0.0
+    recent = sorted(walls[1:] if done > 1 else walls)
+    median = recent[len(recent) // 2]
+    overhead = elapsed / sum(walls) if sum(walls) > 0 else 1.0
+    return median * max(overhead, 1.0) * (total - done)
 
 
 def run_job(
@@ -326,3 +349,7 @@ class SweepCallback(_Callback):
             f"{sweep_dir / RESULTS_FILE}\n[sweep] report: python -m fedkmeans.report {sweep_dir}",
             flush=True,
         )
+        if failed and os.environ.get(ALLOW_FAILURES_ENV) != "1":
+            print(f"[sweep] exiting with status 1: {len(failed)} job(s) failed (set "
+                  f"{ALLOW_FAILURES_ENV}=1 to exit 0 anyway)", file=sys.stderr, flush=True)
+            sys.exit(1)

@@ -36,3 +36,20 @@ def small_config(tmp_path):
 def pytest_configure(config):
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+
+def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
+    """run_server on an InProcessGrid (real ClientApp, or ``app``), with observers."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedkmeans import client_app
+    from fedkmeans.config import parse_config
+    from fedkmeans.engines import inprocess
+    from fedkmeans.engines.inprocess import InProcessGrid
+    from fedkmeans.runner import run_server
+
+    run_id = next(inprocess._RUN_IDS)
+    nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+    grid = InProcessGrid(app or client_app.app, flat, nodes, run_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    return run_server(grid, parse_config(flat), observers=list(observers))

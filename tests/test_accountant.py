@@ -24,7 +24,7 @@ def test_gaussian_epsilon_solves_the_delta_equation():
         # Balle & Wang delta(eps), evaluated naively with scipy.stats.norm
         d = norm.cdf(0.5 / z - eps * z) - math.exp(eps) * norm.cdf(-0.5 / z - eps * z)
         assert d == pytest.approx(DELTA, rel=1e-5)
-    # analytic Gaussian values from FACTS.md: sigma 4.225 <-> eps 1, 8.058 <-> eps 0.5
+    # docs/facts.md, "Analytic Gaussian values": sigma 4.225 <-> eps 1, 8.058 <-> eps 0.5
     assert gaussian_epsilon(4.225, DELTA) == pytest.approx(1.0, abs=1e-3)
     assert gaussian_epsilon(8.058, DELTA) == pytest.approx(0.5, abs=1e-3)
     assert gaussian_epsilon(1e4, 0.5) == 0.0

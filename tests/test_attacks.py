@@ -172,7 +172,7 @@ def test_label_inference_recovers_the_partition():
 def _run(tmp_path_factory, **overrides):
     out = tmp_path_factory.mktemp("attack")
     flat = {**SMALL, "attack": "curious", "privacy.lloyds-steps": 1, "output-dir": str(out),
-            **overrides}
+            "privacy.reproducible-noise": True, **overrides}
     return run_flat(flat)
 
 
@@ -248,7 +248,18 @@ def test_client_level_differencing_recovers_the_client_without_dp(tmp_path_facto
 
 def test_curious_server_does_not_change_the_run(tmp_path_factory, central_dp):
     honest = run_flat({**SMALL, "privacy.lloyds-steps": 1, "privacy.epsilon": 1.0,
+                       "privacy.reproducible-noise": True,
                        "output-dir": str(tmp_path_factory.mktemp("honest"))})
     assert "attack" not in honest
     np.testing.assert_array_equal(honest["centers"], central_dp["centers"])
     assert honest["privacy"] == central_dp["privacy"]
+
+
+def test_curious_run_prints_a_summary_table(central_dp):
+    from fedkmeans.attacks.curious import summary_table
+
+    lines = summary_table(central_dp["attack"])
+    assert lines[0].split()[:2] == ["attack", "view"]
+    rows = {tuple(line.split()[:3]) for line in lines[1:]}
+    assert ("reconstruction", "curious", "server") in rows
+    assert any(line.startswith("membership_lr") and "analyst" in line for line in lines)

@@ -37,7 +37,8 @@ def test_epsilon_lower_bound_formula_by_hand():
 
 
 def test_zero_errors_in_1000_trials_cap_the_bound_near_4_9():
-    # FACTS.md: zero errors in N = 1000 trials (500 per world) caps eps_LB at about 4.9.
+    # zero errors in N = 1000 trials (500 per world) cap eps_LB at about 4.9
+    # (docs/facts.md, "Auditing with Clopper-Pearson").
     assert epsilon_lower_bound(0, 500, 0, 500, 1e-6) == pytest.approx(4.90, abs=0.01)
 
 
@@ -95,7 +96,8 @@ def test_one_lloyd_step_at_epsilon_4_reaches_a_bound_of_1():
 
 
 def test_under_noised_step_1_is_caught():
-    # FACTS.md Bug 1: noise calibrated to Delta instead of Delta^2 for sum p p^T.
+    # noise calibrated to Delta instead of Delta^2 for sum p p^T
+    # (docs/facts.md, "Reference bug 1").
     honest = audit("covariance", epsilon=1.0, trials=1000, seed=1)
     buggy = audit("covariance", epsilon=1.0, trials=1000, seed=1, under_noise=True)
     assert buggy.stages["init-1/covariance"]["claimed_sensitivity"] == pytest.approx(11.0)

@@ -176,7 +176,9 @@ def test_server_validation() -> None:
 
 
 def test_paper_setting_optimal_cost_and_radius() -> None:
-    """FACTS: K=10, d=100, 100 clients x 1000 points -> optimal cost 49.95 per point.
+    """K=10, d=100, 100 clients x 1000 points -> optimal cost 49.95 per point.
+
+    See docs/facts.md, "The paper's mixture" and "Data radius of the mixture".
 
     Expected cost: each point pays ~variance * d = 50 around its true mean.
     The reference's data radius 10.57 is about the 99th percentile of point

@@ -37,6 +37,8 @@ RUN = {
     "privacy.epsilon": 1.0,
     "privacy.data-radius": 4.0,
     "privacy.max-points-per-client": 40,
+    # bit-equal centers against the in-process engine need the explicit opt-in
+    "privacy.reproducible-noise": True,
 }
 
 

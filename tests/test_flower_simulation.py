@@ -29,7 +29,9 @@ def test_default_flwr_run_writes_a_result_and_the_inprocess_engine_matches(tmp_p
     env = flower_env(home)
     try:
         proc = subprocess.run(
-            ["flwr", "run", ".", "--stream", "--run-config", f"output-dir='{out}'"],
+            # bit-equal centers across engines need the explicit reproducible-noise opt-in
+            ["flwr", "run", ".", "--stream", "--run-config",
+             f"output-dir='{out}' privacy.reproducible-noise=true"],
             cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=900,
         )
     finally:
@@ -43,8 +45,9 @@ def test_default_flwr_run_writes_a_result_and_the_inprocess_engine_matches(tmp_p
     assert flower["privacy"]["epsilon"] <= flower["privacy"]["target_epsilon"]
     assert flower["metrics"]["cost"] <= 1.01 * flower["metrics"]["optimal_cost"]
 
+    assert flower["privacy"]["noise"]["reproducible"] is True
     inprocess = run_flat({"output-dir": str(tmp_path / "inprocess"),
-                          "federation.num-nodes": 2})
+                          "federation.num-nodes": 2, "privacy.reproducible-noise": True})
     np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
     assert flower["privacy"]["releases"] == inprocess["privacy"]["releases"]
 
@@ -54,7 +57,8 @@ def test_experiment_flower_engine_matches_inprocess_on_a_sharded_federation(
 ):
     """Client-level, sampled, Lloyds: 12 clients on 3 SuperNodes vs 12 in-process nodes."""
     flat = {**small_config, "privacy.level": "client", "privacy.sampling-rate": 0.7,
-            "privacy.count-noise": "gaussian", "privacy.lloyds-steps": 1}
+            "privacy.count-noise": "gaussian", "privacy.lloyds-steps": 1,
+            "privacy.reproducible-noise": True}
     flower = run_flat({**flat, "federation.engine": "flower", "federation.num-nodes": 3,
                        "output-dir": str(tmp_path / "flower")})
     inprocess = run_flat({**flat, "federation.num-nodes": 12,

@@ -40,18 +40,31 @@ def test_laplace_std_and_grid():
     np.testing.assert_array_equal(levels, np.round(levels))
 
 
-def test_laplace_is_a_shift_of_integer_noise_on_the_grid():
-    mech = LaplaceMechanism(50.0, 125.7)  # gamma = 2**(6 - 32)
-    gamma = 2.0**-26
+@pytest.mark.parametrize("mechanism, sensitivity, scale, gamma", [
+    (LaplaceMechanism, 50.0, 125.7, 2.0**-26),  # gamma = 2**(6 - 32)
+    (GaussianMechanism, 11.0, 44.3, 2.0**-27),  # gamma = 2**(5 - 32)
+])
+def test_release_is_a_shift_of_integer_noise_on_the_grid(mechanism, sensitivity, scale, gamma):
+    mech = mechanism(sensitivity, scale)
     assert mech.granularity == gamma
     value = np.array([1234.5 + gamma / 3, -7.0, 0.0])
     a = mech.add_noise(value, np.random.default_rng(5))
-    b = mech.add_noise(value + 50.0, np.random.default_rng(5))  # neighbouring world
+    b = mech.add_noise(value + sensitivity, np.random.default_rng(5))  # neighbouring world
     # same noise draws: the outputs differ by the rounded shift, exactly, on the grid
-    np.testing.assert_array_equal((b - a) / gamma, np.full(3, 50.0 / gamma))
+    np.testing.assert_array_equal((b - a) / gamma, np.full(3, sensitivity / gamma))
     assert np.all((a / gamma) == np.round(a / gamma))
     huge = mech.add_noise(np.array([1e300]), np.random.default_rng(0))
-    assert np.isfinite(huge).all() and huge[0] <= 2.0**61 * gamma * (1 + 1e-9) + 1e4
+    assert np.isfinite(huge).all() and huge[0] <= 2.0**61 * gamma * (1 + 1e-9) + 1e4 * scale
+    # exact copy without noise (epsilon = inf reproduces the non-private algorithm)
+    exact = mechanism(1.0, 0.0).add_noise(value, np.random.default_rng(0))
+    np.testing.assert_array_equal(exact, value)
+
+
+def test_symmetric_gaussian_release_is_on_the_grid():
+    mech = GaussianMechanism(11.0, 44.3)
+    sym = mech.add_symmetric_noise(np.full((4, 4), 0.1), np.random.default_rng(1))
+    np.testing.assert_array_equal(sym, sym.T)
+    assert np.all((sym / mech.granularity) == np.round(sym / mech.granularity))
 
 
 def test_symmetric_noise():

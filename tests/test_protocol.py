@@ -33,6 +33,7 @@ def centers(result):
 
 
 def test_same_seed_same_centers_other_seed_other_centers(small_config, tmp_path):
+    small_config = {**small_config, "privacy.reproducible-noise": True}
     a = run_flat(small_config)
     b = run_flat({**small_config, "output-dir": str(tmp_path / "b")})
     c = run_flat({**small_config, "seed": 1, "output-dir": str(tmp_path / "c")})
@@ -41,6 +42,7 @@ def test_same_seed_same_centers_other_seed_other_centers(small_config, tmp_path)
 
 
 def test_centers_do_not_depend_on_how_clients_are_sharded_over_nodes(small_config, tmp_path):
+    small_config = {**small_config, "privacy.reproducible-noise": True}
     results = [
         run_flat({**small_config, "federation.num-nodes": n, "output-dir": f"{tmp_path}/{n}"})
         for n in (1, 5, 12)
@@ -104,6 +106,7 @@ def test_spent_epsilon_meets_target_without_exceeding_it(small_config, level, st
 
 def test_client_sampling_is_recorded_and_accounted(small_config):
     flat = {**small_config, "privacy.level": "client", "privacy.sampling-rate": 0.5,
+            "privacy.reproducible-noise": True,
             "privacy.count-noise": "gaussian", "privacy.lloyds-steps": 1,
             "privacy.epsilon": 2.0}
     result = run_flat(flat)
@@ -129,7 +132,8 @@ def test_result_file_has_the_documented_fields_and_consistent_cost(small_config)
         assert key in result["privacy"]
     release = result["privacy"]["releases"][0]
     assert set(release) >= {"stage", "mechanism", "sensitivity", "noise_scale", "sampling_rate"}
-    # data-point level step 1 has sensitivity Delta^2, not Delta (FACTS.md Bug 1)
+    # data-point level step 1 has sensitivity Delta^2, not Delta
+    # (docs/facts.md, "Reference bug 1")
     assert release["stage"] == "init-1/covariance" and release["sensitivity"] == 16.0
     metrics = result["metrics"]
     config, x, _ = _pooled(small_config)
@@ -234,7 +238,7 @@ def _counting(failing_stage=None):
 
 
 def test_killed_run_resumes_from_checkpoint_without_spending_budget_twice(small_config, tmp_path):
-    flat = {**small_config, "privacy.lloyds-steps": 2}
+    flat = {**small_config, "privacy.lloyds-steps": 2, "privacy.reproducible-noise": True}
     uninterrupted = run_flat({**flat, "output-dir": str(tmp_path / "whole")})
 
     crashing, _ = _counting(failing_stage="lloyds")

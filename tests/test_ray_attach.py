@@ -47,6 +47,7 @@ def test_simulation_attaches_to_a_running_ray_head(small_config, tmp_path):
     )
     try:
         assert head.returncode == 0, head.stderr[-2000:]
+        small_config = {**small_config, "privacy.reproducible-noise": True}
         flat = {**small_config, "output-dir": str(tmp_path / "attached")}
         start = time.perf_counter()
         result_path = run_flower(flat, num_nodes=3, num_cpus=2, client_cpus=1,

@@ -51,12 +51,18 @@ def test_server_clips_each_client_before_summing():
     assert rows[0, 0, 0] == 1e9  # the replies were not modified
 
 
-def test_same_stage_same_noise_other_seed_other_noise():
+def test_noise_is_secret_by_default_and_seeded_only_on_request():
     release = Release("init-3/sums", "gaussian", 110.0, 5.0, 1.0, "init-3")
     replies = Replies(np.arange(1), {"sums": np.zeros((1, 4, 4))})
+    # default: the same config and seed give different noise (nothing published fixes it)
     a = _context([release]).release(replies, "sums", "init-3/sums")
     b = _context([release]).release(replies, "sums", "init-3/sums")
-    c = _context([release], seed=1).release(replies, "sums", "init-3/sums")
+    assert not np.any(a == b)
+    # the explicit opt-in: same stage and seed, same noise; another seed, other noise
+    seeded = {"privacy.reproducible-noise": True}
+    a = _context([release], **seeded).release(replies, "sums", "init-3/sums")
+    b = _context([release], **seeded).release(replies, "sums", "init-3/sums")
+    c = _context([release], seed=1, **seeded).release(replies, "sums", "init-3/sums")
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -73,7 +79,8 @@ def test_malicious_clients_move_the_release_by_at_most_k_times_the_bound(n_malic
     attacked_rows[:n_malicious] = 1e12 * rng.normal(size=(1, 4, 6))  # colluding: one direction
     results = []
     for rows in (honest_rows, attacked_rows):
-        ctx = _context([release, counts_release], **{"privacy.clip-sums": bound})
+        ctx = _context([release, counts_release], **{"privacy.clip-sums": bound,
+                                                     "privacy.reproducible-noise": True})
         results.append(ctx.release(Replies(np.arange(10), {"sums": rows}), "sums",
                                    "lloyds-1/sums"))
     shift = np.linalg.norm(results[1] - results[0])
@@ -82,12 +89,13 @@ def test_malicious_clients_move_the_release_by_at_most_k_times_the_bound(n_malic
     assert shift <= n_malicious * bound + honest_norms.sum() + 1e-9
     assert shift >= n_malicious * bound - honest_norms.sum() - 1e-9  # the bound is attained
 
-    ctx = _context([release, counts_release], **{"privacy.clip-counts": 50.0})
+    seeded = {"privacy.clip-counts": 50.0, "privacy.reproducible-noise": True}
+    ctx = _context([release, counts_release], **seeded)
     negative = np.zeros((2, 4))
     negative[0] = [-1e9, 5.0, 0.0, 0.0]  # a histogram/count cannot be negative
     total = ctx.release(Replies(np.arange(2), {"counts": negative}), "counts",
                         "lloyds-1/counts")
-    clean = _context([release, counts_release], **{"privacy.clip-counts": 50.0}).release(
+    clean = _context([release, counts_release], **seeded).release(
         Replies(np.arange(2), {"counts": np.array([[0, 5.0, 0, 0], [0, 0, 0, 0]])}),
         "counts", "lloyds-1/counts")
     np.testing.assert_allclose(total, clean)

@@ -84,3 +84,11 @@ def test_report_command_line_defaults_to_the_sweep_dir(tmp_path, capsys):
 def test_report_without_results_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="results.csv"):
         report(tmp_path)
+
+
+def test_an_algorithm_keeps_its_colour_in_every_report():
+    from fedkmeans.report import ALGORITHM_COLOURS, algorithm_colour
+
+    assert algorithm_colour("feddp-kmeans") == "C0" and algorithm_colour("kfed") == "C4"
+    assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS)
+    assert algorithm_colour("something-new") == "0.5"

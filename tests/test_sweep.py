@@ -13,20 +13,22 @@ import pytest
 from conftest import SMALL
 
 from fedkmeans.config import config_keys
-from fedkmeans.sweep import append_row, columns, count_jobs, read_rows
+from fedkmeans.sweep import append_row, columns, count_jobs, eta_seconds, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _sweep(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def _sweep(
+    tmp_path: Path, *overrides: str, returncode: int = 0, **env_extra: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
     sweep_dir = tmp_path / "sweep"
     small = [f"{k}={v}" for k, v in SMALL.items()]
     cmd = [sys.executable, "-m", "fedkmeans.experiment", "-m",
            f"hydra.sweep.dir={sweep_dir}", *small, *overrides]
-    env = {**os.environ, "FEDKMEANS_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "FEDKMEANS_CACHE_DIR": str(tmp_path / "cache"), **env_extra}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == returncode, proc.stderr[-3000:]
     return proc, read_rows(sweep_dir / "results.csv")
 
 
@@ -63,12 +65,13 @@ def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
 
 
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
-    proc, rows = _sweep(tmp_path, "dataset=npz,mixture", "privacy.epsilon=1,-1",
-                        "data.path=/no/such/file.npz")
+    overrides = ("dataset=npz,mixture", "privacy.epsilon=1,-1", "data.path=/no/such/file.npz")
+    proc, rows = _sweep(tmp_path, *overrides, returncode=1)  # a failed job: status 1
+    assert "3 job(s) failed" in proc.stderr
     assert len(rows) == 4
     by = {(r["data.name"], float(r["privacy.epsilon"])): r for r in rows}
-    missing = by[("npz", 1.0)]  # fails while running (the file is missing)
-    assert missing["status"] == "failed" and "FileNotFoundError" in missing["error"]
+    missing = by[("npz", 1.0)]  # fails before any node starts (the file is missing)
+    assert missing["status"] == "failed" and "data.path" in missing["error"]
     for key in (("npz", -1.0), ("mixture", -1.0)):  # fails validation
         assert by[key]["status"] == "failed"
         assert "ConfigError" in by[key]["error"] and "privacy.epsilon" in by[key]["error"]
@@ -77,6 +80,9 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert rows[0]["status"] == "failed"  # the first job failed and three more ran
     assert "[sweep] 4/4 jobs done (3 failed)" in proc.stdout
     assert "finished: 1 ok, 3 failed" in proc.stdout
+    # the switch that keeps the old behaviour: exit 0 despite failed jobs
+    (tmp_path / "again").mkdir()
+    _sweep(tmp_path / "again", *overrides, returncode=0, FEDKMEANS_SWEEP_ALLOW_FAILURES="1")
 
 
 def _append_many(args):
@@ -106,3 +112,10 @@ def test_concurrent_appends_never_interleave(tmp_path):
 )
 def test_count_jobs(params, task, total):
     assert count_jobs(params, task) == total
+
+
+def test_sweep_eta_leaves_out_the_first_job_and_converges():
+    rows = [{"wall_s": 60.0}] + [{"wall_s": 10.0}] * 3  # a slow first job, then 10 s
+    assert eta_seconds(rows, elapsed=90.0, total=10) == pytest.approx(10.0 * 6)
+    assert eta_seconds(rows[:1], elapsed=60.0, total=10) == pytest.approx(60.0 * 9)
+    assert eta_seconds(rows, elapsed=90.0, total=4) == 0.0

@@ -25,7 +25,8 @@ def test_flwr_run_vertical_app_with_three_supernodes_matches_inprocess(tmp_path)
     out = tmp_path / "flower"
     overrides = ("parties=3 dataset='wine' defence='full' epsilon=0.5 iterations=6 "
                  "stop-when-stable=false attack='unknown' attack-party=1 "
-                 f"output-dir='{out}'")
+                 # bit-equal labels across engines need the explicit opt-in
+                 f"reproducible-noise=true output-dir='{out}'")
     env = flower_env(home)
     env["RAY_ADDRESS"] = "local"  # a fresh Ray instance, never another test's cluster
     try:
@@ -48,7 +49,7 @@ def test_flwr_run_vertical_app_with_three_supernodes_matches_inprocess(tmp_path)
 
     inprocess = run({"parties": 3, "dataset": "wine", "defence": "full", "epsilon": 0.5,
                      "iterations": 6, "stop-when-stable": False, "attack": "unknown",
-                     "attack-party": 1})
+                     "attack-party": 1, "reproducible-noise": True})
     assert flower["labels"] == inprocess["labels"]
     assert flower["metrics"] == inprocess["metrics"]
     assert flower["attack"] == inprocess["attack"]

@@ -1,7 +1,7 @@
 """Curious-server attack suite: observe an honest protocol, attack what was seen.
 
-Pure NumPy (no Flower import). Each module names its threat model (DESIGN.md §5) and
-success metric:
+Each module names its threat model (docs/attacks.md) and success metric. The
+observers and the attacks on what they saw are pure NumPy (no Flower import):
 
 * :mod:`~fedkmeans.attacks.reconstruction`: client reconstruction from one reply;
 * :mod:`~fedkmeans.attacks.differencing`: a point (or client) from two releases;
@@ -9,10 +9,17 @@ success metric:
 * :mod:`~fedkmeans.attacks.label_inference`: an outsider recovering the partition;
 * :mod:`~fedkmeans.attacks.game`: the neighbouring-worlds game that runs them;
 * :mod:`~fedkmeans.attacks.curious`: the curious server (observer + report);
-* :mod:`~fedkmeans.attacks.scoring`: cosine, relative error, ROC AUC, TPR at low FPR.
+* :mod:`~fedkmeans.attacks.scoring`: cosine, relative error, ROC AUC, TPR at low FPR;
+* :mod:`~fedkmeans.attacks.bounds`: Clopper-Pearson and the epsilon lower bound.
 
-The privacy audit (canary game, Clopper-Pearson lower bound on epsilon) is
-:mod:`fedkmeans.audit`.
+Two modules drive the real server code instead (and so import it):
+
+* :mod:`~fedkmeans.attacks.release_audit`: worst-case neighbours through the server's
+  release path (clip, sum, calibration, mechanism);
+* :mod:`~fedkmeans.attacks.resimulation`: the analyst who replays a run from its
+  published ``release.json`` and compares centers bit for bit.
+
+The command line of the audits (canary game and release path) is :mod:`fedkmeans.audit`.
 """
 
 from fedkmeans.attacks.curious import AttackSettings, CuriousServer, build_curious_server

@@ -523,7 +523,7 @@ def _label_secagg_view(results: dict) -> None:
         if entry and "curious_server" in entry:
             entry["curious_server"]["view"] = (
                 "SecAgg+: only the noisy sums of all asked clients (the analyst's view); "
-                "noise shares assumed secret (node config noise-seed)"
+                "noise shares secret (each client's CSPRNG)"
             )
 
 
@@ -557,3 +557,32 @@ def _default_mechanism(statistic: str) -> str:
 def build_curious_server(config: ExperimentConfig) -> CuriousServer:
     """The observer selected by ``attack`` (validated by the config)."""
     return CuriousServer(config)
+
+
+def summary_table(report: dict) -> list[str]:
+    """A short table of the attack report's headline numbers (for the console).
+
+    One line per attack and view: the success metric and what chance would be.
+    """
+    rows = [("attack", "view", "metric", "value", "chance")]
+
+    def add(name, view, metric, value, chance):
+        if value is not None:
+            rows.append((name, view, metric, f"{float(value):.3f}", chance))
+
+    rec = report.get("client_reconstruction") or {}
+    add("reconstruction", "curious server", "min cosine", rec.get("cosine_min"), "-")
+    for name in ("differencing", "membership_lr"):
+        entry = report.get(name) or {}
+        for view in ("analyst", "curious_server"):
+            scores = entry.get(view) or {}
+            if name == "differencing":
+                add(name, view.replace("_", " "), "mean |cos|", scores.get("abs_cosine_mean"),
+                    f"{scores.get('abs_cosine_chance', 0.0):.3f}")
+            else:
+                add(name, view.replace("_", " "), "AUC", scores.get("auc"), "0.500")
+    for name in ("membership_cost", "membership_lira", "membership_population"):
+        add(name, "analyst", "AUC", (report.get(name) or {}).get("auc"), "0.500")
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]

@@ -6,7 +6,7 @@ evaluation of FedDP-KMeans takes the cluster whose count grew most and reads the
 difference of that cluster's sums as the target (divided by the count difference
 when the unit is a whole client, which gives the client's mean of that cluster).
 
-It applies to both views (DESIGN.md §5):
+It applies to both views (docs/facts.md, "Threat models"):
 
 * threat model 2, *curious server*: the two releases are the target client's own
   replies (no noise under central DP), so the difference is the point exactly;
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["difference_attack"]
+__all__ = ["combine_runs", "difference_attack", "leading_direction"]
 
 
 def difference_attack(
@@ -72,3 +72,42 @@ def difference_attack(
     if single:
         return estimate[0], int(cluster[0])
     return estimate, cluster
+
+
+def combine_runs(
+    noisy_1: np.ndarray, sigma_1: float, noisy_2: np.ndarray, sigma_2: float
+) -> np.ndarray:
+    """Cancel the noise of two releases of the same sum, if it is the same draw scaled.
+
+    Two runs on the same data whose noise came from the same stream (a fixed noise
+    seed) release ``S + sigma_1 g`` and ``S + sigma_2 g``; then
+    ``(sigma_2 y_1 - sigma_1 y_2) / (sigma_2 - sigma_1) = S`` exactly. With fresh noise
+    in each run the result is ``S`` plus noise of standard deviation
+    ``sqrt(sigma_1^2 sigma_2^2 * 2) / |sigma_2 - sigma_1|`` per entry.
+
+    Parameters
+    ----------
+    noisy_1, noisy_2 : ndarray, same shape
+        The two releases.
+    sigma_1, sigma_2 : float
+        Their noise scales (from the ledger), ``sigma_1 != sigma_2``.
+
+    Returns
+    -------
+    ndarray
+        The estimate of ``S``.
+    """
+    if sigma_1 == sigma_2:
+        raise ValueError("the two releases need different noise scales")
+    return (sigma_2 * np.asarray(noisy_1) - sigma_1 * np.asarray(noisy_2)) / (sigma_2 - sigma_1)
+
+
+def leading_direction(matrix: np.ndarray) -> np.ndarray:
+    """Unit eigenvector of the largest eigenvalue of a symmetric (d, d) matrix.
+
+    The estimate of a target ``p`` from an estimate of ``p p^T`` (sign arbitrary:
+    score it with ``|cos|``).
+    """
+    sym = (np.asarray(matrix, np.float64) + np.asarray(matrix, np.float64).T) / 2.0
+    _, vectors = np.linalg.eigh(sym)
+    return vectors[:, -1]

@@ -1,10 +1,10 @@
 """Label inference on the released model: recover its Voronoi partition from queries.
 
-Threat model 1 of DESIGN.md §5, weakened: an *outsider* who cannot see the centers
-but may submit points to a deployed model and read each point's cluster label
-(the index of its nearest center). It trains a classifier (multinomial logistic
-regression: a Voronoi partition is a linear multiclass rule) on its queries and
-their labels. Query sampling strategies:
+Threat model 1, weakened (docs/facts.md, "Outsider: threat model 1, weakened"): an
+*outsider* who cannot see the centers but may submit points to a deployed model and read
+each point's cluster label (the index of its nearest center). It trains a classifier
+(multinomial logistic regression: a Voronoi partition is a linear multiclass rule) on
+its queries and their labels. Query sampling strategies:
 
 * ``uniform``: i.i.d. uniform in a public box (e.g. the coordinate bounds of the
   server's public data);

@@ -1,9 +1,10 @@
 """Client reconstruction: read a client's data off its own reply.
 
-Threat model 2 of DESIGN.md §5 (*curious server sees individual replies*). In
-FedDP-Init step 3 and every FedDP-Lloyds step a client sends, for each cluster r, the
-sum ``m_r`` and the count ``n_r`` of its points assigned to r. Central DP adds noise
-only to the *aggregate*, so the server holds the exact reply and
+Threat model 2 (docs/facts.md, "Threat model 2: curious server"): the *curious server
+sees individual replies*. In FedDP-Init step 3 and every FedDP-Lloyds step a client
+sends, for each cluster r, the sum ``m_r`` and the count ``n_r`` of its points assigned
+to r. Central DP adds noise only to the *aggregate*, so the server holds the exact
+reply and
 
 * ``m_r / n_r`` is the client's mean of cluster r (exact up to the client's own
   clipping of its points to the data radius);

@@ -56,7 +56,8 @@ def kmeans(
     seed : int
         Integer seed for scikit-learn.
     n_init : int, default 10
-        Restarts; FACTS.md "Bug 2": a single run gets stuck in about 1 run of 3.
+        Restarts; a single run gets stuck in about 1 run of 3
+        (docs/facts.md, "Reference bug 2").
     sample_weight : ndarray of shape (n,), optional
         Non-negative weights.
 

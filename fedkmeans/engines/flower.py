@@ -1,22 +1,43 @@
 """Flower engine: a real ``flwr run`` simulation on Ray, started and stopped cleanly.
 
-``flwr run . --stream`` starts a local SuperLink as a detached daemon that outlives
-the command (FACTS.md). This engine runs it in a private ``FLWR_HOME`` with its own
-ports, waits for the run, checks that ``result.json`` was written (``flwr run``
-exits 0 even when the run failed), then stops every process it started, found by
-the private ``FLWR_HOME`` in their environment, by PID.
+``flwr run . --stream`` starts a local SuperLink as a detached daemon that outlives the
+command (docs/facts.md, "flwr run leaves its SuperLink running"). This engine runs it in
+a private ``FLWR_HOME`` with its own ports, waits for the run, checks that
+``result.json`` was written (``flwr run`` exits 0 even when the run failed), then stops
+every process it started, found by the private ``FLWR_HOME`` in their environment, by
+PID.
+
+A run owns its processes however the experiment ends:
+
+* normal end, an error, SIGINT, SIGTERM or SIGHUP: the signal is turned into
+  :class:`RunInterrupted` in the main thread, so the ``finally`` block stops every
+  process with the run's ``FLWR_HOME`` and removes the temporary directory; a
+  ``result.json`` that the dying server managed to write after the signal is removed
+  with its ``release.json`` and ``diagnostics.json`` (the run did not finish);
+* SIGKILL of the experiment (or a crash of the interpreter): nothing in this process
+  runs, so a watchdog (:mod:`fedkmeans.engines.watchdog`, its own session) notices
+  its pipe from this process closing and does the same cleanup.
+
+Why not process groups: the SuperLink and SuperExec put themselves in new sessions,
+and Ray's daemons in others, so a group kill misses them; the environment marker
+reaches them all.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import tomli_w
@@ -28,6 +49,60 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 class FlowerRunError(RuntimeError):
     """The Flower run did not produce a result."""
+
+
+class RunInterrupted(RuntimeError):
+    """The experiment received SIGINT, SIGTERM or SIGHUP; its processes were stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"run stopped by {signal.Signals(signum).name}; every process it "
+                         "started was stopped and its temporary files removed")
+        self.signum = signum
+
+
+#: Signals that stop a run (SIGKILL cannot be caught: the watchdog covers it).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_raise() -> Iterator[dict]:
+    """Turn STOP_SIGNALS into RunInterrupted while the block runs (main thread only)."""
+    state: dict = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(signum, frame):
+        if "at" not in state:
+            state["at"] = time.time()
+            raise RunInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield state
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _start_watchdog(home: Path, temp_dir: Path) -> subprocess.Popen:
+    """The parent-death watchdog (its own session, stdin = a pipe from this process)."""
+    env = {k: v for k, v in os.environ.items() if k != "FLWR_HOME"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedkmeans.engines.watchdog", str(home), str(temp_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        env=env, text=True,
+    )
+
+
+def _release_watchdog(watchdog: subprocess.Popen) -> None:
+    """Tell the watchdog the run ended here (cleanup done): it exits without acting."""
+    try:
+        watchdog.stdin.write("done\n")
+        watchdog.stdin.close()
+        watchdog.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        watchdog.kill()
 
 
 def free_port() -> int:
@@ -157,8 +232,7 @@ def run_flower(
         The run ended without writing ``result.json`` (the log tail is included).
     """
     result_path = Path(flat_config["output-dir"]) / "result.json"
-    if result_path.exists():
-        result_path.unlink()
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="fedkmeans-flwr-") as tmp:
         home = Path(tmp) / "flwr-home"
         home.mkdir()
@@ -168,7 +242,8 @@ def run_flower(
         federation = f"num-supernodes={num_nodes} client-resources-num-cpus={cpus}"
         env = flower_env(home)
         env.update(extra_env or {})
-        if not env.get("RAY_ADDRESS"):  # init-args-num-cpus breaks an attach (FACTS.md)
+        # init-args-num-cpus breaks an attach (docs/facts.md, "Ray cluster attach")
+        if not env.get("RAY_ADDRESS"):
             federation += f" init-args-num-cpus={num_cpus}"
         log_path = Path(tmp) / "flwr-run.log"
         command = [
@@ -177,19 +252,70 @@ def run_flower(
             "--federation-config", federation,
         ]
         LOG.info("starting: %s", " ".join(command))
-        try:
-            with log_path.open("wb") as log:
-                subprocess.run(
-                    command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    timeout=timeout, check=False, cwd=tmp,
-                )
-        except subprocess.TimeoutExpired as exc:
-            raise FlowerRunError(f"flwr run did not finish within {timeout:.0f} s") from exc
-        finally:
-            left = stop_all(lambda: processes_with_env("FLWR_HOME", str(home)))
-            if left:
-                LOG.warning("processes still running after stop: %s", left)
-        if not result_path.exists():
+        watchdog = _start_watchdog(home, Path(tmp))
+        with _signals_raise() as interrupted:
+            try:
+                _stream_run(command, env, Path(tmp), log_path, timeout)
+            finally:
+                left = stop_all(lambda: processes_with_env("FLWR_HOME", str(home)))
+                if left:
+                    LOG.warning("processes still running after stop: %s", left)
+                if "at" in interrupted:
+                    _drop_partial_result(result_path, interrupted["at"])
+                _release_watchdog(watchdog)
+        if not result_path.exists() or result_path.stat().st_mtime < started:
+            kept = result_path.with_name("flwr-run.log")
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log_path, kept)
             tail = log_path.read_text(errors="replace")[-4000:]
-            raise FlowerRunError(f"flwr run wrote no {result_path}; log tail:\n{tail}")
+            raise FlowerRunError(f"flwr run wrote no {result_path}; its log: {kept}; "
+                                 f"log tail:\n{tail}")
     return result_path
+
+
+#: Lines of the run's stream shown to the user while it runs (the rest goes to the log).
+_FORWARD = (b"[progress]", b"registered ", b"WARNING", b"ERROR")
+#: Flower's own shutdown chatter, not worth a user's attention.
+_QUIET = (b"Manually terminating",)
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def _stream_run(
+    command: list[str], env: Mapping[str, str], cwd: Path, log_path: Path, timeout: float
+) -> None:
+    """Run ``flwr run --stream``: everything to ``log_path``, progress lines to stderr."""
+    print("[flower] starting the SuperLink, SuperExec and Ray (about 10-20 s) ...",
+          file=sys.stderr, flush=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, cwd=cwd)
+        expired = threading.Event()
+        timer = threading.Timer(timeout, lambda: (expired.set(), proc.kill()))
+        timer.start()
+        try:
+            for raw in proc.stdout:
+                log.write(raw)
+                if any(m in raw for m in _FORWARD) and not any(q in raw for q in _QUIET):
+                    text = _ANSI.sub(b"", raw).decode(errors="replace").strip()
+                    print(f"[flower] {text}", file=sys.stderr, flush=True)
+            proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            timer.cancel()
+    if expired.is_set():
+        raise FlowerRunError(f"flwr run did not finish within {timeout:.0f} s")
+
+
+def _drop_partial_result(result_path: Path, since: float) -> None:
+    """Remove output files written at or after ``since`` (an interrupted run's)."""
+    for name in ("result.json", "release.json", "diagnostics.json"):
+        path = result_path.with_name(name)
+        try:
+            if path.stat().st_mtime >= since:
+                path.unlink()
+                LOG.warning("removed %s: written after the run was interrupted", path)
+        except FileNotFoundError:
+            pass

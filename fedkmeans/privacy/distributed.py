@@ -3,8 +3,8 @@
 With ``privacy.aggregation = secagg`` no single party adds the noise. Every sampled
 client clips its own statistic and adds a *share* of the calibrated Gaussian noise;
 the node sums its clients' noisy statistics and the nodes' sums are added up by
-Flower's SecAgg+, so the server only ever holds the noisy total (threat model 2 of
-DESIGN.md §5: a curious server).
+Flower's SecAgg+, so the server only ever holds the noisy total (docs/facts.md,
+"Threat model 2: curious server").
 
 Noise shares and dropouts
 -------------------------

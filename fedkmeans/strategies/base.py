@@ -26,6 +26,7 @@ from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_stacked
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.strategies.pool import ClientPool, Replies
 
@@ -61,6 +62,10 @@ class ServerContext:
     non_private: list[str] = field(default_factory=list)
     observers: list = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    #: Rounds the strategy will run (0 = unknown): the progress lines' total.
+    expected_rounds: int = 0
+    _started: float = field(default_factory=time.perf_counter, repr=False)
+    _done: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         if self.checkpoint is not None:
@@ -87,12 +92,25 @@ class ServerContext:
             queried and no release is recorded again).
         """
         if self.checkpoint is not None and name in self.checkpoint.rounds:
+            self._progress(name, "restored from the checkpoint")
             return self.checkpoint.rounds[name]
         with self.timed(name):
             outputs = compute()
         if self.checkpoint is not None:
             self.checkpoint.save(name, outputs, self.accountant, self.non_private)
+        self._progress(name, f"done in {self.timings[name]:.1f} s")
         return outputs
+
+    def _progress(self, name: str, what: str) -> None:
+        """One ``[progress]`` line per round: count, elapsed and ETA (streamed by Flower)."""
+        self._done += 1
+        elapsed = time.perf_counter() - self._started
+        total = self.expected_rounds
+        line = f"[progress] round {name} {what} ({self._done}/{total or '?'})"
+        line += f", elapsed {elapsed:.1f} s"
+        if total and self._done < total:
+            line += f", ETA {elapsed / self._done * (total - self._done):.0f} s"
+        LOG.info("%s", line)
 
     @property
     def k(self) -> int:
@@ -100,8 +118,17 @@ class ServerContext:
         return self.config.k
 
     def rng(self, *path: int | str) -> np.random.Generator:
-        """A generator for ``path`` under the run's root seed."""
+        """A generator for ``path`` under the run's root seed.
+
+        Public randomness only (restarts, tie-breaking); never noise or sampling.
+        """
         return generator(self.config.seed, *path)
+
+    @property
+    def private_randomness(self) -> PrivateRandomness:
+        """Source of the noise and client sampling: secret unless the run opts out."""
+        seed = self.config.seed if self.config.privacy.reproducible_noise else None
+        return PrivateRandomness(seed)
 
     def int_seed(self, *path: int | str) -> int:
         """An integer seed (scikit-learn) for ``path`` under the root seed."""
@@ -110,7 +137,7 @@ class ServerContext:
     def sample(self, round_name: str) -> np.ndarray:
         """Clients of one round (Poisson sampling at ``privacy.sampling-rate``)."""
         rate = self.config.privacy.sampling_rate if self.config.is_private else 1.0
-        return self.pool.sample(rate, self.rng("sampling", round_name))
+        return self.pool.sample(rate, self.private_randomness.generator("sampling", round_name))
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
@@ -164,13 +191,13 @@ class ServerContext:
             self._notify(stage, total, total)
             return total
         bound = statistic_bounds(self.config.privacy)[statistic]
-        total = _clipped_sum(values, bound.server_bound, bound.norm)
+        total = clipped_sum(values, bound.server_bound, bound.norm)
         release = self.releases[stage]
         if release.mechanism == "gaussian":
             mechanism = GaussianMechanism(release.sensitivity, release.noise_scale)
         else:
             mechanism = LaplaceMechanism(release.sensitivity, release.noise_scale)
-        rng = self.rng("noise", stage)
+        rng = self.private_randomness.generator("noise", stage)
         if symmetric:
             noisy = mechanism.add_symmetric_noise(total, rng)
         else:
@@ -207,7 +234,7 @@ class Strategy(ABC):
 CLIP_CHUNK = 1024
 
 
-def _clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
+def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     """Sum over clients of each client's clipped row, in client order, chunk by chunk."""
     total = np.zeros(values.shape[1:], dtype=np.float64)
     for start in range(0, values.shape[0], CLIP_CHUNK):

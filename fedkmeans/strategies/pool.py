@@ -72,6 +72,8 @@ class ClientPool:
     node_clients: dict[int, np.ndarray] = field(default_factory=dict)
     dim: int = 0
     rejected: list[dict] = field(default_factory=list)
+    #: Per round: nodes and clients asked and those whose replies were accepted.
+    answered: dict[str, dict] = field(default_factory=dict)
     observers: list = field(default_factory=list)
     #: :class:`~fedkmeans.strategies.secagg.SecAggAggregator` when
     #: ``privacy.aggregation = secagg``: protocol rounds are summed with SecAgg+.
@@ -184,6 +186,9 @@ class ClientPool:
             observer.on_broadcast(round_name, dict(arrays), np.asarray(sorted(wanted)))
         if self.secagg is not None:
             result = self.secagg.aggregate(self, stage, requested, arrays, expected, round_name)
+            contributors = np.asarray(result.contributors if result.contributors is not None
+                                      else np.zeros(0, np.int64))
+            self._record_answers(round_name, requested, contributors)
             for observer in self.observers:
                 observer.on_replies(round_name, result)
             return result
@@ -204,6 +209,7 @@ class ClientPool:
                 filled[where] = True
             del got, rows
         ids = slots[filled]
+        self._record_answers(round_name, requested, ids)
         need = math.ceil(self.federation.min_replies * len(wanted))
         if ids.size < need:
             raise FederationError(
@@ -216,6 +222,18 @@ class ClientPool:
         for observer in self.observers:
             observer.on_replies(round_name, result)
         return result
+
+    def _record_answers(
+        self, round_name: str, requested: Mapping[int, np.ndarray], accepted: np.ndarray
+    ) -> None:
+        """Count the nodes and clients asked in a round and those that answered."""
+        nodes = [nid for nid, ids in requested.items() if np.isin(ids, accepted).any()]
+        self.answered[round_name] = {
+            "nodes_asked": len(requested),
+            "nodes_answered": len(nodes),
+            "clients_asked": int(sum(ids.size for ids in requested.values())),
+            "clients_answered": int(np.asarray(accepted).size),
+        }
 
     def query_nodes(self, stage: str, arrays: Mapping[str, np.ndarray]) -> list[dict]:
         """Send ``arrays`` to every node; return each reply's arrays (node order)."""

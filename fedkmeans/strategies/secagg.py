@@ -3,7 +3,8 @@
 Flower 1.41 has SecAgg+ only on its legacy path: :class:`SecAggPlusWorkflow` driven by
 a :class:`LegacyContext` whose ``strategy`` configures and aggregates one "fit" round,
 and ``secaggplus_mod`` on the ClientApp, which intercepts ``train`` messages. This
-module bridges it into our own ``@app.main()`` protocol (FACTS.md):
+module bridges it into our own ``@app.main()`` protocol
+(docs/facts.md, "SecAgg+ inside a custom protocol"):
 
 * :class:`SecAggAggregator` runs one SecAgg+ round per protocol round, over the nodes
   hosting the asked clients (a node is one SecAgg+ participant, whatever number of

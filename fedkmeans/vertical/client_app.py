@@ -2,11 +2,13 @@
 
 The node config names the party: ``partition-id`` (party index, in [0, parties))
 and, in a deployment, optionally ``data-path`` (an ``.npz`` with the party's own
-slice ``x`` (n x d_h) and, for the label holder, ``y``) and ``noise-seed`` (the
-party's **secret** root seed for its randomized response; without it the noise is
-derived from the run seed, which the server knows -- fine for simulation, not for a
-deployment that claims local DP). A party keeps no state between messages: the
-server sends the label history and the party replays its centers.
+slice ``x`` (n x d_h) and, for the label holder, ``y``). The party's randomized
+response draws from the operating system's CSPRNG
+(:mod:`fedkmeans.privacy.randomness`), fresh per report, unless the run opts in to
+``reproducible-noise`` (tests and research: the server then knows the noise). A
+party keeps no
+state between messages: the server sends the label history and the party replays
+its centers.
 
 Nothing but the defended ``(n, k)`` report (and, when discretised, its scale) leaves
 a party during the protocol. ``evaluate`` and ``attack_eval`` are non-private
@@ -21,7 +23,7 @@ import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedkmeans.seeding import generator
+from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.vertical.attack import procrustes_align, reconstruction_error
 from fedkmeans.vertical.config import VerticalConfig, parse_vertical_config
 from fedkmeans.vertical.data import party_data, scale_columns
@@ -57,10 +59,10 @@ def _party(context: Context) -> tuple[VerticalConfig, int, np.ndarray, np.ndarra
     return config, party, x, y
 
 
-def _noise(context: Context, config: VerticalConfig, party: int, iteration: int):
-    secret = context.node_config.get("noise-seed")
-    root = int(secret) if secret is not None else config.seed
-    return generator(root, "vertical", "party-noise", party, iteration)
+def _noise(config: VerticalConfig, party: int, iteration: int) -> np.random.Generator:
+    """The generator of one report's randomized response: secret unless opted out."""
+    seed = config.seed if config.reproducible_noise else None
+    return PrivateRandomness(seed).generator("vertical", "party-noise", party, iteration)
 
 
 @app.query("register")
@@ -77,7 +79,6 @@ def distances(msg: Message, context: Context) -> Message:
     """One iteration: replay the centers, compute and defend the (n, k) report."""
     config, party, x, _ = _party(context)
     arrays, settings = unpack(msg.content)
-    iteration = int(settings["iteration"])
     centers = party_initial_centers(
         x, config.init, config.seed, party, config.k, arrays.get("center_ids")
     )
@@ -85,7 +86,7 @@ def distances(msg: Message, context: Context) -> Message:
     upper = config.bound * x.shape[1] if config.bound > 0 else None
     report, scale = defend(
         squared_distances(x, centers), defence=config.defence,
-        rng=_noise(context, config, party, iteration), levels=config.levels,
+        rng=_noise(config, party, int(settings["iteration"])), levels=config.levels,
         epsilon=config.epsilon, l_ratio=config.l_ratio, mechanism=config.mechanism,
         upper=upper,
     )

@@ -33,8 +33,8 @@ class VerticalConfig:
     Attributes
     ----------
     seed : int
-        Root seed (initialisation, tie-breaking; the parties' randomized response in
-        simulation unless a node config ``noise-seed`` is given).
+        Root seed (initialisation, tie-breaking). The parties' randomized response
+        never depends on it: it comes from each party's CSPRNG.
     dataset : str
         One of :data:`fedkmeans.vertical.data.DATASETS`.
     scale : {"standard", "minmax", "none"}
@@ -71,6 +71,11 @@ class VerticalConfig:
         Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/vertical/<run>``).
     round_timeout : float
         Seconds to wait for the replies of one round, > 0.
+    reproducible_noise : bool
+        ``False`` (default): each party's randomized response draws from its own
+        CSPRNG, fresh per report. ``True``: derived from ``seed`` (tests and research
+        only; the result says the guarantee then holds only against someone who
+        does not know the seed, which the server does).
     """
 
     seed: int = 0
@@ -92,6 +97,7 @@ class VerticalConfig:
     attack_party: int = 0
     output_dir: str = ""
     round_timeout: float = 600.0
+    reproducible_noise: bool = False
 
     def to_flat(self) -> dict[str, Any]:
         """The flat run config (dashed keys)."""

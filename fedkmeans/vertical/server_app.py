@@ -20,6 +20,7 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.flower_logging import log_through_flower
+from fedkmeans.privacy.randomness import REPRODUCIBLE_NOTICE
 from fedkmeans.seeding import generator
 from fedkmeans.vertical.accounting import per_sample_account
 from fedkmeans.vertical.attack import known_centers_attack, unknown_centers_attack
@@ -139,7 +140,8 @@ def _privacy(config: VerticalConfig, iterations: int) -> dict:
     out: dict = {
         "defence": config.defence,
         "reports_per_sample_per_party": reports,
-        "party_noise": "run seed unless the node config sets a secret noise-seed",
+        "party_noise": REPRODUCIBLE_NOTICE if config.reproducible_noise else (
+            "secret: each party's CSPRNG, fresh per report"),
         "non_private_releases": [],
     }
     if config.defence in ("discretise", "full") and config.bound == 0:

@@ -1,0 +1,140 @@
+"""What a run writes: a publishable release, non-private diagnostics, and both together.
+
+A run's output holds two kinds of information that must not be confused:
+
+* ``release.json`` -- **covered by the privacy guarantee**: the centers, k, the
+  privacy ledger (every release with its mechanism, sensitivity, noise scale and
+  sampling rate), the accountant's epsilon, and the configuration without secrets
+  (without ``seed`` when the noise was derived from it, and without the local
+  ``output-dir``). Everything in it is a post-processing of the noisy releases, of
+  the server's own data, and of settings the user chose. This is the file to publish.
+* ``diagnostics.json`` -- **not private**: exact point and client counts, per-round
+  timings, rejected replies (node ids, reasons), SecAgg participation, evaluation
+  metrics computed on the clients' raw data, and the curious-server report. These
+  change between neighbouring datasets (at client level ``num_clients`` differs by
+  exactly one), so they are for the operator only.
+* ``result.json`` -- both merged, as earlier versions wrote it, with
+  ``"publishable": false`` and pointers to the two files above (kept so existing
+  scripts, sweeps and reports keep working).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+RESULT_FILE = "result.json"
+RELEASE_FILE = "release.json"
+DIAGNOSTICS_FILE = "diagnostics.json"
+
+#: Keys of ``result.json`` that are NOT covered by the guarantee.
+DIAGNOSTIC_KEYS = ("metrics", "federation", "timings", "attack", "null_reasons")
+#: Keys under ``privacy`` that are diagnostics (participation under SecAgg).
+DIAGNOSTIC_PRIVACY_KEYS = ("secagg",)
+#: Configuration keys never published: a local path, and the seed when it is a secret.
+PRIVATE_CONFIG_KEYS = ("output-dir",)
+
+#: Keys each artefact sets for itself.
+_OWN_KEYS = ("artefact", "publishable", "notice", "artefacts", "result_path")
+
+RELEASE_NOTICE = (
+    "Covered by the privacy guarantee stated in privacy.guarantee: publish this file, "
+    "not result.json or diagnostics.json."
+)
+DIAGNOSTICS_NOTICE = (
+    "NOT PRIVATE: exact counts, timings, rejected replies and metrics on the clients' "
+    "raw data change between neighbouring datasets. For the operator only; do not "
+    "publish."
+)
+
+
+def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, Any]:
+    """The publishable part of a result (see the module docstring).
+
+    Parameters
+    ----------
+    result : dict
+        The full result as :func:`fedkmeans.runner.run_server` builds it.
+    seed_is_secret : bool
+        True when the noise was derived from ``seed`` (reproducible noise): the seed
+        is then left out of the release, since it would give away the noise.
+
+    Returns
+    -------
+    dict
+    """
+    private_config = PRIVATE_CONFIG_KEYS + (("seed",) if seed_is_secret else ())
+    out: dict[str, Any] = {"artefact": "release", "publishable": True, "notice": RELEASE_NOTICE}
+    for key, value in result.items():
+        if key in DIAGNOSTIC_KEYS or key in _OWN_KEYS or (key == "seed" and seed_is_secret):
+            continue
+        if key == "privacy":
+            value = {k: v for k, v in value.items() if k not in DIAGNOSTIC_PRIVACY_KEYS}
+        if key == "config":
+            value = {k: v for k, v in value.items() if k not in private_config}
+        out[key] = value
+    return out
+
+
+def diagnostics_view(result: dict[str, Any]) -> dict[str, Any]:
+    """The non-private part of a result: counts, timings, metrics, attack report."""
+    out: dict[str, Any] = {
+        "artefact": "diagnostics", "publishable": False, "notice": DIAGNOSTICS_NOTICE,
+        "algorithm": result["algorithm"], "seed": result["seed"],
+    }
+    out.update({key: result[key] for key in DIAGNOSTIC_KEYS if key in result})
+    secagg = result.get("privacy", {}).get("secagg")
+    if secagg is not None:
+        out["secagg"] = secagg
+    return out
+
+
+def strict_json(value: Any, path: str = "", nulls: dict[str, str] | None = None) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None``.
+
+    JSON has no NaN or Infinity (strict parsers reject Python's extension). Each
+    replaced value's dotted path goes to ``nulls`` with the reason.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        if nulls is not None:
+            nulls[path or "."] = f"not a finite number ({value}): could not be computed"
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v, f"{path}.{k}" if path else str(k), nulls)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v, f"{path}[{i}]", nulls) for i, v in enumerate(value)]
+    return value
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, allow_nan=False)
+
+
+def write_artefacts(output_dir: Path, result: dict[str, Any], *, seed_is_secret: bool) -> Path:
+    """Write ``release.json``, ``diagnostics.json`` and ``result.json``; return the last.
+
+    ``result`` gains ``publishable: false`` and an ``artefacts`` map of the paths.
+    Values that could not be computed (NaN, infinite) are written as ``null``, and
+    ``null_reasons`` maps each one's dotted path to why: every file is strict JSON.
+    """
+    nulls: dict[str, str] = {}
+    clean = strict_json(result, "", nulls)
+    result.clear()
+    result.update(clean)
+    if nulls:
+        result["null_reasons"] = nulls
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "release": output_dir / RELEASE_FILE,
+        "diagnostics": output_dir / DIAGNOSTICS_FILE,
+        "result": output_dir / RESULT_FILE,
+    }
+    result["publishable"] = False
+    result["artefacts"] = {name: str(path) for name, path in paths.items()}
+    paths["release"].write_text(_dump(release_view(result, seed_is_secret=seed_is_secret)))
+    paths["diagnostics"].write_text(_dump(diagnostics_view(result)))
+    paths["result"].write_text(_dump(result))
+    return paths["result"]

@@ -1,0 +1,114 @@
+"""One run, one output directory: a lock while a run writes, and no overwriting.
+
+Two runs must never share an output directory by accident: the second would
+overwrite the first's ``result.json`` (both reporting success) or resume from a
+checkpoint the first is still writing. So:
+
+* default directories are unique (a timestamp plus a short random id: Hydra's
+  ``${fedkmeans_uid:}`` resolver, registered by :mod:`fedkmeans.experiment`, and
+  :func:`fedkmeans.experiment.run_flat`'s own default);
+* a run holds ``<output-dir>/run.lock`` (its PID, created with ``O_EXCL``) while it
+  runs; another run finding a live lock stops with :class:`OutputDirError` before it
+  touches anything (a lock left by a dead process is taken over);
+* a directory that holds another configuration's ``result.json`` is refused; the same
+  configuration may come back to it (that is a resume from its checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fedkmeans.checkpoint import config_digest
+from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
+
+__all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir"]
+
+LOCK_FILE = "run.lock"
+
+
+class OutputDirError(ConfigError):
+    """The output directory belongs to another run."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(lock: Path) -> int | None:
+    """PID of the live process holding ``lock``, or None (no lock, or a stale one)."""
+    try:
+        pid = int(lock.read_text().strip() or "0")
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if pid > 0 and pid != os.getpid() and _pid_alive(pid) else None
+
+
+def check_output_dir(output_dir: Path, config: ExperimentConfig) -> None:
+    """Raise :class:`OutputDirError` if another run uses or used ``output_dir``.
+
+    Parameters
+    ----------
+    output_dir : Path
+    config : ExperimentConfig
+        The run about to start (its digest is compared with an existing result's).
+    """
+    pid = _holder(output_dir / LOCK_FILE)
+    if pid is not None:
+        raise OutputDirError(
+            f"config key 'output-dir' names {output_dir}, which run PID {pid} is writing "
+            "right now; choose another output-dir (or leave it empty for a unique one)")
+    result = output_dir / "result.json"
+    if not result.exists():
+        return
+    try:
+        theirs = config_digest(parse_config(json.loads(result.read_text())["config"]))
+    except (ValueError, KeyError, TypeError):
+        theirs = None
+    if theirs != config_digest(config):
+        raise OutputDirError(
+            f"config key 'output-dir' names {output_dir}, which holds the result of "
+            "another configuration; choose another output-dir (only the same "
+            "configuration may resume there)")
+
+
+@contextmanager
+def claim_output_dir(output_dir: Path, config: ExperimentConfig) -> Iterator[None]:
+    """Hold ``output_dir`` for this process while the block runs.
+
+    Raises
+    ------
+    OutputDirError
+        Another live process holds it, or it holds another configuration's result.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(output_dir, config)
+    lock = output_dir / LOCK_FILE
+    mine = output_dir / f"{LOCK_FILE}.{os.getpid()}"
+    mine.write_text(str(os.getpid()))
+    try:
+        try:
+            os.link(mine, lock)  # atomic, with the PID already in it
+        except FileExistsError:
+            pid = _holder(lock)
+            if pid is not None:
+                raise OutputDirError(
+                    f"config key 'output-dir' names {output_dir}, which run PID {pid} is "
+                    "writing right now; choose another output-dir") from None
+            os.replace(mine, lock)  # a dead run's lock: take it over
+    finally:
+        mine.unlink(missing_ok=True)
+    try:
+        yield
+    finally:
+        if lock.exists() and lock.read_text().strip() == str(os.getpid()):
+            lock.unlink()

@@ -1,0 +1,132 @@
+"""A `flower`-engine run owns its processes: SIGTERM or SIGKILL of the experiment
+leaves nothing running and no temporary directory, and writes no result afterwards.
+
+Each test starts `python -m fedkmeans.experiment federation.engine=flower ...` with a
+private TMPDIR, so every process of the run carries an FLWR_HOME below it; it waits
+until the run's Flower processes exist, signals the experiment, and checks.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fedkmeans.engines.flower import process_alive, stop_all
+
+pytestmark = pytest.mark.flower
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+SMALL = [
+    "data.dim=8", "data.components=4", "k=4", "data.num-clients=12",
+    "data.points-per-client=40", "data.server-points-per-component=10",
+    "data.server-uniform-points=10", "privacy.max-points-per-client=40",
+    "privacy.data-radius=4.0", "federation.engine=flower", "federation.num-nodes=3",
+    "privacy.lloyds-steps=150",  # long enough to be signalled mid-run
+]
+
+
+def _run_pids(tmp_root: Path) -> list[int]:
+    """Processes whose FLWR_HOME lies below ``tmp_root`` (this run's, and only its)."""
+    prefix = f"FLWR_HOME={tmp_root}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(prefix) for item in environ) and process_alive(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def tmp_root():
+    """A short private TMPDIR (Ray's socket paths must stay under 108 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="fk", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _is_server(pid: int) -> bool:
+    """The process running the ServerApp (``flwr-simulation`` in a simulation)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"flwr-simulation" in cmdline or b"flwr-serverapp" in cmdline
+
+
+def _start(tmp_path: Path, tmp_root: Path) -> tuple[subprocess.Popen, Path, Path]:
+    out = tmp_path / "out"
+    env = {**os.environ, "TMPDIR": str(tmp_root)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedkmeans.experiment", *SMALL, f"output-dir={out}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # wait until the ServerApp runs (its process has the run's FLWR_HOME)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if any(_is_server(pid) for pid in _run_pids(tmp_root)):
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"experiment ended early: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the run's ServerApp never started")
+    time.sleep(3)
+    return proc, tmp_root, out
+
+
+def _settle(tmp_root: Path, seconds: float) -> list[int]:
+    """Wait up to ``seconds`` for the run's processes and temporary directory to go."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (_run_pids(tmp_root) or _left_dirs(tmp_root)):
+        time.sleep(1)
+    return _run_pids(tmp_root)
+
+
+def _left_dirs(tmp_root: Path) -> list[str]:
+    return [p.name for p in tmp_root.iterdir() if p.name.startswith("fedkmeans-flwr-")]
+
+
+def test_sigterm_to_the_experiment_stops_every_process_and_writes_nothing(tmp_path, tmp_root):
+    proc, tmp_root, out = _start(tmp_path, tmp_root)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.time()
+    try:
+        code = proc.wait(timeout=60)
+        left = _settle(tmp_root, 30)
+    finally:
+        stop_all(lambda: _run_pids(tmp_root))
+    assert code == 128 + signal.SIGTERM, proc.stderr.read()[-2000:]
+    assert left == []
+    assert _left_dirs(tmp_root) == []
+    stderr = proc.stderr.read()
+    assert "SIGTERM" in stderr and len(stderr.strip().splitlines()) <= 3, stderr[-2000:]
+    time.sleep(5)  # nothing may appear later either
+    for name in ("result.json", "release.json", "diagnostics.json"):
+        path = out / name
+        assert not path.exists() or path.stat().st_mtime < signalled
+
+
+def test_sigkill_of_the_experiment_is_cleaned_up_by_the_watchdog(tmp_path, tmp_root):
+    proc, tmp_root, out = _start(tmp_path, tmp_root)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    try:
+        left = _settle(tmp_root, 60)
+        dirs = _left_dirs(tmp_root)
+    finally:
+        stop_all(lambda: _run_pids(tmp_root))
+    assert left == []
+    assert dirs == []
+    assert not (out / "result.json").exists()
