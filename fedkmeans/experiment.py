@@ -40,6 +40,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedkmeans import data as data_access
+from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.rundir import check_output_dir
 
@@ -143,6 +144,11 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
             f"{uuid.uuid4().hex[:6]}"
         )
     check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
+    if config.federation.engine != "inprocess" and (
+        Path(flat["output-dir"]) / "checkpoint"
+    ).exists():
+        # a checkpoint of other data or a corrupt one is refused before Ray starts
+        Checkpoint.open(Path(flat["output-dir"]) / "checkpoint", config)
     nodes = num_nodes(config)
     if config.federation.engine == "inprocess":
         from fedkmeans.client_app import app as client_app

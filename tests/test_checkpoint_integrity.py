@@ -55,7 +55,7 @@ def _write_data(path, seed):
     server_x = means[server_labels] + 0.3 * rng.standard_normal((60, 8))
     save_npz(path, x=x, client=np.repeat(np.arange(12), 40), server_x=server_x,
              y=labels, server_y=server_labels)
-    data_access._npz.cache_clear()  # the loader caches by path (see the test of move_aside)
+    data_access._npz_version.cache_clear()  # coarse file clocks: do not rely on mtime
     return path
 
 
@@ -113,7 +113,7 @@ def test_a_replaced_data_file_is_refused_and_the_original_resumes(small_config, 
     assert json.loads((checkpoint / STATE_FILE).read_text()) == state  # left untouched
 
     path.write_bytes(original)  # the unchanged file: resumes without asking anyone again
-    data_access._npz.cache_clear()
+    data_access._npz_version.cache_clear()
     resuming, calls = _counting()
     run_inprocess(server_app, resuming, flat, 3)
     assert not any(stage in calls for stage in INIT_STAGES), calls
@@ -248,6 +248,26 @@ def test_a_damaged_checkpoint_is_one_error_naming_the_file(small_config, tmp_pat
     else:  # state.json is fine: the message states what was already spent
         assert f"epsilon={result['privacy']['epsilon']:.4g} at delta=1e-06" in message
         assert "ledger stays there" in message
+
+
+def test_the_flower_engine_refuses_a_damaged_checkpoint_before_starting_flower(
+    small_config, tmp_path, monkeypatch
+):
+    """The check runs in the experiment process: no SuperLink or Ray is started for it."""
+    import fedkmeans.engines.flower as flower_engine
+
+    run_flat(small_config)
+    checkpoint = tmp_path / "out" / "checkpoint"
+    for name in ("result.json", "release.json", "diagnostics.json"):
+        (tmp_path / "out" / name).unlink()  # a run cut off after its checkpoint
+    _round_garbage(checkpoint)
+
+    def no_flower(*args, **kwargs):
+        raise AssertionError("flwr run was started")
+
+    monkeypatch.setattr(flower_engine, "run_flower", no_flower)
+    with pytest.raises(CheckpointCorruptError, match=str(checkpoint)):
+        run_flat({**small_config, "federation.engine": "flower"})
 
 
 # --- (d) moving aside keeps the ledger and lets the next run start fresh -----------------

@@ -183,3 +183,19 @@ def test_save_validates(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="server_x"):
         save_npz(path, **a)
     assert not path.exists()
+
+
+def test_a_file_replaced_at_the_same_path_is_read_again(tmp_path: Path) -> None:
+    """The process-wide cache must not serve the old data after the file changes."""
+    import os
+
+    from fedkmeans import data as data_access
+
+    a = _arrays()
+    path = save_npz(tmp_path / "data.npz", **a)
+    assert np.array_equal(data_access._npz(str(path)).server_x, a["server_x"])
+    replaced = {**a, "server_x": a["server_x"] + 100.0}
+    save_npz(path, **replaced)
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # coarse clocks
+    assert np.array_equal(data_access._npz(str(path)).server_x, replaced["server_x"])

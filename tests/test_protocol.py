@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,7 +209,8 @@ def test_too_few_valid_replies_stops_with_a_clear_error(small_config):
 def test_server_reclips_a_client_that_skips_clipping(small_config, tmp_path):
     """A client sending a huge sum moves the result by at most the clipping bound."""
     flat = {**small_config, "privacy.level": "client", "privacy.epsilon": "inf"}
-    flat_private = {**flat, "privacy.epsilon": 20.0}  # little noise, clipping active
+    # little noise, clipping active; the same noise in both runs, so the shift is the attack's
+    flat_private = {**flat, "privacy.epsilon": 20.0, "privacy.reproducible-noise": True}
 
     def huge(arrays):
         arrays["sums"] = arrays["sums"] * 1e6
@@ -260,6 +262,13 @@ def test_killed_run_resumes_from_checkpoint_without_spending_budget_twice(small_
 
 def test_a_checkpoint_of_another_configuration_is_refused(small_config):
     run_flat(small_config)
+    out = Path(small_config["output-dir"])
+    # the finished run's result guards the directory first
+    with pytest.raises(ValueError, match="holds the result of another configuration"):
+        run_flat({**small_config, "privacy.epsilon": 0.5})
+    # without the result (a run cut off after its checkpoint), the checkpoint refuses
+    for name in ("result.json", "release.json", "diagnostics.json"):
+        (out / name).unlink()
     with pytest.raises(ValueError, match="different configuration"):
         run_flat({**small_config, "privacy.epsilon": 0.5})
 

@@ -12,6 +12,7 @@ reads only the rows of the client ids it hosts.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -23,8 +24,19 @@ from fedkmeans.data.tabular import Federation
 from fedkmeans.seeding import generator
 
 
-@lru_cache(maxsize=4)
 def _npz(path: str) -> NpzDataset:
+    """The validated file at ``path``, cached while the file is unchanged.
+
+    The cache key holds the file's size and modification time (in ns), so a file
+    replaced at the same path is read again, as the checkpoint's data digest expects.
+    """
+    stat = os.stat(path)
+    return _npz_version(path, stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _npz_version(path: str, size: int, mtime_ns: int) -> NpzDataset:
+    del size, mtime_ns  # part of the cache key only
     return load_npz(path)
 
 

@@ -275,8 +275,9 @@ def run_flower(
 
 #: Lines of the run's stream shown to the user while it runs (the rest goes to the log).
 _FORWARD = (b"[progress]", b"registered ", b"WARNING", b"ERROR")
-#: Flower's own shutdown chatter, not worth a user's attention.
-_QUIET = (b"Manually terminating",)
+#: Flower's own chatter, not worth a user's attention: its shutdown notice, and a
+#: notice about the default SuperNode count, printed although the run sets it.
+_QUIET = (b"Manually terminating", b"default simulated SuperNodes changed")
 _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 
 
