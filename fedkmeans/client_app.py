@@ -19,7 +19,6 @@ from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
-from fedkmeans.clustering.client_stats import upper_triangle
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
 from fedkmeans.wire import TRIANGLE, pack, unpack
@@ -77,9 +76,10 @@ _STATISTICS = {
 def _statistics_reply(stage: str, msg: Message, context: Context) -> Message:
     arrays, _ = unpack(msg.content)
     clients = arrays["client_ids"]
+    if stage == "covariance":  # symmetric: only the upper triangles travel
+        triangles = node_data(context).covariance_triangles(clients.tolist())["covariance"]
+        return _reply(msg, clients, {"covariance" + TRIANGLE: triangles})
     stats = _STATISTICS[stage](node_data(context), clients.tolist(), arrays)
-    if "covariance" in stats:  # symmetric: only the upper triangles travel
-        stats = {"covariance" + TRIANGLE: upper_triangle(stats.pop("covariance")), **stats}
     return _reply(msg, clients, stats)
 
 

@@ -220,6 +220,12 @@ class FederationConfig:
         Ray: CPUs the simulation may use (``init-args-num-cpus``).
     client_cpus : float
         Ray: CPUs reserved per ClientApp actor.
+    message_mb : float
+        Largest reply (MiB) the server asks a node for: a node's clients are asked in
+        batches of at most this many bytes of statistics per message.
+    messages_in_flight : int
+        Messages outstanding at a time in a round; with ``message_mb`` it bounds what
+        the SuperLink and the server hold (replies are folded as they arrive).
     """
 
     engine: str = "inprocess"
@@ -228,6 +234,8 @@ class FederationConfig:
     min_replies: float = 1.0
     num_cpus: int = 2
     client_cpus: float = 1.0
+    message_mb: float = 32.0
+    messages_in_flight: int = 8
 
 
 @dataclass(frozen=True)
@@ -580,6 +588,10 @@ def validate(config: ExperimentConfig) -> None:
     )
     _check(f.num_cpus >= 1, "federation.num-cpus", "an integer >= 1", f.num_cpus)
     _check(_positive(f.client_cpus), "federation.client-cpus", "a float > 0", f.client_cpus)
+    _check(_positive(f.message_mb), "federation.message-mb", "a finite float > 0 (MiB)",
+           f.message_mb)
+    _check(f.messages_in_flight >= 1, "federation.messages-in-flight", "an integer >= 1",
+           f.messages_in_flight)
 
 
 def _check_holdout(data: DataConfig) -> None:

@@ -109,6 +109,19 @@ class NodeData:
             out[i] = self._clip("covariance", outer_product_sum(self.points[c]))
         return {"covariance": out}
 
+    def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
+        """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
+
+        One client's (d, d) matrix exists at a time (no (m, d, d) stack), so a node
+        hosting many virtual clients needs ``O(m d^2 / 2 + d^2)`` for a message.
+        """
+        d = self.dim
+        rows, cols = np.triu_indices(d)
+        out = np.empty((len(clients), rows.size))
+        for i, c in enumerate(clients):
+            out[i] = self._clip("covariance", outer_product_sum(self.points[c]))[rows, cols]
+        return {"covariance": out}
+
     def histogram(
         self, clients: Sequence[int], basis: np.ndarray, projected_server: np.ndarray
     ) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from fedkmeans.attacks.release_audit import AUDITED, LEVELS, audit_release, wors
 from fedkmeans.audit import main
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.budget import statistic_bounds
-from fedkmeans.strategies.base import clipped_sum
+from fedkmeans.strategies.aggregation import clipped_sum
 
 
 def test_the_issue_example_moves_a_capped_histogram_by_the_recorded_sensitivity():

@@ -63,6 +63,7 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.strategies.pool import Replies
 
 LOG = logging.getLogger(__name__)
 
@@ -122,13 +123,39 @@ class CuriousServer:
     broadcasts: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     replies: dict[str, object] = field(default_factory=dict)
     releases: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _pending: dict[str, list] = field(default_factory=dict, repr=False)
 
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
         """Keep what the server sent in ``round_name`` and to which clients."""
         self.broadcasts[round_name] = {**arrays, "client_ids": clients}
 
+    def on_client_rows(self, round_name: str, client_ids: np.ndarray, rows: dict) -> None:
+        """Keep one message's accepted rows before the honest path folds and drops them.
+
+        This copy is the attack's memory, paid by the curious server: the honest
+        server keeps only running sums (:mod:`fedkmeans.strategies.aggregation`).
+        """
+        kept = {name: np.array(value, copy=True) for name, value in rows.items()}
+        self._pending.setdefault(round_name, []).append((np.asarray(client_ids), kept))
+
     def on_replies(self, round_name: str, replies) -> None:
-        """Keep every client's individual reply of ``round_name``."""
+        """Keep every client's individual reply of ``round_name``.
+
+        With streaming aggregation the pool hands over running sums (``folded``); the
+        individual rows are those :meth:`on_client_rows` kept, stacked in client-id
+        order here, exactly as the stacked path would have given them.
+        """
+        batches = self._pending.pop(round_name, [])
+        if getattr(replies, "folded", False):
+            ids = np.concatenate([np.zeros(0, np.int64), *(b[0] for b in batches)])
+            order = np.argsort(ids, kind="stable")
+            names = list(batches[0][1]) if batches else list(replies.stats)
+            stats = {
+                name: (np.concatenate([b[1][name] for b in batches])[order] if batches
+                       else np.zeros((0, *replies.stats[name].shape[1:])))
+                for name in names
+            }
+            replies = Replies(ids[order], stats)
         self.replies[round_name] = replies
 
     def on_release(self, stage: str, before: np.ndarray, after: np.ndarray) -> None:

@@ -54,7 +54,8 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.privacy.budget import release_plan, statistic_bounds
 from fedkmeans.privacy.calibration import calibrate
-from fedkmeans.strategies.base import ServerContext, clipped_sum
+from fedkmeans.strategies.aggregation import clipped_sum
+from fedkmeans.strategies.base import ServerContext
 from fedkmeans.strategies.pool import Replies
 
 __all__ = ["AUDITED", "LEVELS", "Neighbours", "ReleaseAuditResult", "audit_release",

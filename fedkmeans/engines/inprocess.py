@@ -77,18 +77,23 @@ class InProcessGrid(Grid):
         return list(self._contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Deliver each message to its node's ClientApp; keep the reply for pulling."""
+        """Queue each message for its node; the ClientApp runs when it is pulled.
+
+        Computing on pull, as a SuperNode computes after the push, keeps at most
+        the pulled replies in memory: a server that pulls in a window holds a window.
+        """
         ids = []
         for msg in messages:
             msg_id = str(uuid4())
             msg.metadata.__dict__["_message_id"] = msg_id
-            self._pending[msg_id] = self._deliver(msg)
+            self._pending[msg_id] = msg
             ids.append(msg_id)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Return (and forget) the replies to ``message_ids``."""
-        return [self._pending.pop(mid) for mid in list(message_ids) if mid in self._pending]
+        """Run the ClientApp on the messages ``message_ids``; return (and forget) replies."""
+        return [self._deliver(self._pending.pop(mid)) for mid in list(message_ids)
+                if mid in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout=None) -> Iterable[Message]:
         """Push, then pull every reply (in-process calls never time out)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -24,10 +24,10 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.budget import statistic_bounds
-from fedkmeans.privacy.clipping import clip_stacked
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool, Replies
 
 LOG = logging.getLogger(__name__)
@@ -148,6 +148,45 @@ class ServerContext:
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
 
+    #: Fold replies into running clipped sums as they arrive (False: stack every
+    #: client's row first, the earlier path; kept for the equivalence tests).
+    streaming: ClassVar[bool] = True
+
+    def query(
+        self,
+        stage: str,
+        round_name: str,
+        arrays: Mapping[str, np.ndarray],
+        expected: Mapping[str, tuple[int, ...]],
+    ) -> Replies:
+        """Ask this round's sampled clients for ``expected`` statistics, folded.
+
+        Each statistic is folded with the server clip bound :meth:`release` applies
+        (:func:`~fedkmeans.privacy.budget.statistic_bounds`; no clipping when the run
+        is not private), so the server never holds more than one row per statistic.
+
+        Parameters
+        ----------
+        stage : str
+            ClientApp action.
+        round_name : str
+            Round label; also selects the sampled cohort (:meth:`sample`).
+        arrays : mapping
+            Broadcast content.
+        expected : mapping of str to tuple of int
+            Per-client shape of every statistic, keyed by statistic name.
+        """
+        fold = None
+        if self.streaming:
+            if self.config.is_private:
+                bounds = statistic_bounds(self.config.privacy)
+                fold = {name: Fold(bounds[name].server_bound, bounds[name].norm)
+                        for name in expected}
+            else:
+                fold = {name: Fold() for name in expected}
+        return self.pool.query(stage, self.sample(round_name), arrays, expected,
+                               round_name=round_name, fold=fold)
+
     def release(
         self, replies: Replies, statistic: str, stage: str, *, symmetric: bool = False
     ) -> np.ndarray:
@@ -186,12 +225,15 @@ class ServerContext:
             return noisy
         values = replies.stats[statistic]
         if not self.config.is_private:
-            total = values.sum(axis=0)
+            total = values[0] if replies.folded else values.sum(axis=0)
             self.non_private.append(stage)
             self._notify(stage, total, total)
             return total
         bound = statistic_bounds(self.config.privacy)[statistic]
-        total = clipped_sum(values, bound.server_bound, bound.norm)
+        if replies.folded:  # clipped with this bound as each reply arrived
+            total = values[0]
+        else:
+            total = clipped_sum(values, bound.server_bound, bound.norm)
         release = self.releases[stage]
         if release.mechanism == "gaussian":
             mechanism = GaussianMechanism(release.sensitivity, release.noise_scale)
@@ -228,15 +270,3 @@ class Strategy(ABC):
         for step in range(1, ctx.config.privacy.lloyds_steps + 1):
             centers = lloyds_step(ctx, centers, step)
         return centers
-
-
-#: Rows clipped at a time: bounds the server's extra memory to one chunk of replies.
-CLIP_CHUNK = 1024
-
-
-def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
-    """Sum over clients of each client's clipped row, in client order, chunk by chunk."""
-    total = np.zeros(values.shape[1:], dtype=np.float64)
-    for start in range(0, values.shape[0], CLIP_CHUNK):
-        total += clip_stacked(values[start:start + CLIP_CHUNK], bound, norm).sum(axis=0)
-    return total

@@ -40,10 +40,7 @@ class FedDPKMeans(Strategy):
         _, k = ctx.config.largest_k  # k = auto: a k-max dimensional subspace
 
         def subspace() -> dict[str, np.ndarray]:
-            replies = ctx.pool.query(
-                "covariance", ctx.sample("init-1"), {}, expected={"covariance": (d, d)},
-                round_name="init-1",
-            )
+            replies = ctx.query("covariance", "init-1", {}, expected={"covariance": (d, d)})
             second_moment = ctx.release(
                 replies, "covariance", "init-1/covariance", symmetric=True
             )
@@ -53,12 +50,10 @@ class FedDPKMeans(Strategy):
         projected_server = ctx.server_x @ basis.T
 
         def server_point_weights() -> dict[str, np.ndarray]:
-            replies = ctx.pool.query(
-                "histogram",
-                ctx.sample("init-2"),
+            replies = ctx.query(
+                "histogram", "init-2",
                 {"basis": basis, "projected_server": projected_server},
                 expected={"histogram": (projected_server.shape[0],)},
-                round_name="init-2",
             )
             weights = ctx.release(replies, "histogram", "init-2/histogram")
             outputs = {}
@@ -84,12 +79,10 @@ class FedDPKMeans(Strategy):
             ctx.config = replace(ctx.config, k=k)
 
         def centers() -> dict[str, np.ndarray]:
-            replies = ctx.pool.query(
-                "centers",
-                ctx.sample("init-3"),
+            replies = ctx.query(
+                "centers", "init-3",
                 {"basis": basis, "projected_centers": projected_centers},
                 expected={"sums": (k, d), "counts": (k,)},
-                round_name="init-3",
             )
             sums = ctx.release(replies, "sums", "init-3/sums")
             counts = ctx.release(replies, "counts", "init-3/counts")

@@ -26,12 +26,9 @@ def lloyds_step(ctx: ServerContext, centers: np.ndarray, step: int) -> np.ndarra
     group = f"lloyds-{step}"
 
     def compute() -> dict[str, np.ndarray]:
-        replies = ctx.pool.query(
-            "lloyds",
-            ctx.sample(group),
-            {"centers": centers},
+        replies = ctx.query(
+            "lloyds", group, {"centers": centers},
             expected={"sums": (ctx.k, ctx.pool.dim), "counts": (ctx.k,)},
-            round_name=group,
         )
         sums = ctx.release(replies, "sums", f"{group}/sums")
         counts = ctx.release(replies, "counts", f"{group}/counts")

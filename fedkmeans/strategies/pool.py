@@ -1,11 +1,14 @@
 """The server's view of the federation: nodes, the clients they host, validated replies.
 
 :class:`ClientPool` is the only place that talks to the Flower :class:`Grid`. It
-sends one message per node that hosts a requested client, collects the replies, and
-returns per-client statistics stacked in client-id order. Replies that are errors,
-have the wrong shape, or contain NaN or inf are rejected and logged (never their
-values); the round goes on while at least ``federation.min-replies`` of the
-requested clients answered.
+asks each node that hosts a requested client for their statistics, in messages of
+bounded size with a bounded number in flight (``federation.message-mb``,
+``federation.messages-in-flight``), and handles each reply as it arrives: validated,
+then either folded into running clipped sums (streaming aggregation, the protocol
+rounds: memory independent of the number of clients) or stacked in client-id order
+(k-FED, audits). Replies that are errors, have the wrong shape, or contain NaN or
+inf are rejected and logged (never their values); the round goes on while at least
+``federation.min-replies`` of the requested clients answered.
 
 With ``privacy.aggregation = secagg`` (:attr:`ClientPool.secagg` set) the protocol
 rounds go through Flower's SecAgg+ instead (:mod:`fedkmeans.strategies.secagg`): no
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
+from fedkmeans.strategies.aggregation import Fold, RunningSums
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
 LOG = logging.getLogger(__name__)
@@ -54,6 +58,10 @@ class Replies:
     noise_scales : dict of str to float
         ``aggregated`` only: effective standard deviation of the summed noise shares
         of each statistic (at least the calibrated sigma).
+    folded : bool
+        Streaming aggregation: ``stats`` hold one row each, the sums of the accepted
+        clients' rows clipped on the server (exact, no noise yet); ``client_ids``
+        are the accepted clients.
     """
 
     client_ids: np.ndarray
@@ -61,6 +69,7 @@ class Replies:
     aggregated: bool = False
     contributors: np.ndarray | None = None
     noise_scales: dict[str, float] = field(default_factory=dict)
+    folded: bool = False
 
 
 @dataclass
@@ -151,8 +160,9 @@ class ClientPool:
         expected: Mapping[str, tuple[int, ...]],
         config: Mapping | None = None,
         round_name: str | None = None,
+        fold: Mapping[str, Fold] | None = None,
     ) -> Replies:
-        """Ask ``clients`` for the statistics of ``stage``; validate and stack replies.
+        """Ask ``clients`` for the statistics of ``stage``; validate and fold or stack.
 
         Parameters
         ----------
@@ -166,22 +176,35 @@ class ClientPool:
             Name and per-client shape of every statistic a reply must carry.
         round_name : str, optional
             Label of the round for logs and observers (default: ``stage``).
+        fold : mapping of str to Fold, optional
+            Streaming aggregation: every accepted client's row is clipped and added to
+            a running sum as its message arrives, then dropped; the server holds one
+            array per statistic, not one row per client. Without it the rows are
+            stacked (k-FED's local centers, the audits).
 
         Returns
         -------
         Replies
-            Only the accepted clients, in increasing id; with secure aggregation the
-            noisy sums (``aggregated = True``, one row, no client's own values).
+            The accepted clients in increasing id, with their stacked rows, or, when
+            folded, the running sums (``folded = True``); with secure aggregation the
+            noisy sums (``aggregated = True``).
+
+        Notes
+        -----
+        Each node's clients are asked in messages of at most
+        ``federation.message-mb`` of reply, and at most ``federation.messages-in-flight``
+        messages are outstanding at a time, so neither the SuperLink nor this process
+        ever holds more than that window of replies. Observers with an
+        ``on_client_rows(round, client_ids, rows)`` hook see every accepted message's
+        rows before they are dropped (a curious server keeps them at its own cost).
         """
         round_name = round_name or stage
         wanted = set(np.asarray(clients).tolist())
-        messages, requested = {}, {}
+        requested = {}
         for nid, hosted in self.node_clients.items():
             mine = hosted[np.isin(hosted, list(wanted))]
             if mine.size:
                 requested[nid] = mine
-                if self.secagg is None:
-                    messages[nid] = pack({"client_ids": mine, **arrays}, config)
         for observer in self.observers:
             observer.on_broadcast(round_name, dict(arrays), np.asarray(sorted(wanted)))
         if self.secagg is not None:
@@ -192,23 +215,26 @@ class ClientPool:
             for observer in self.observers:
                 observer.on_replies(round_name, result)
             return result
-        replies = self._send(messages, stage, round_name)
-        # One row per requested client, in increasing id, reserved up front: each node's
-        # reply is written straight to its clients' rows and freed, so the peak memory
-        # of a round is one copy of its replies (plus the undelivered messages).
-        slots = np.sort(np.concatenate([np.zeros(0, np.int64), *requested.values()]))
-        stats = {name: np.empty((slots.size, *shape)) for name, shape in expected.items()}
-        filled = np.zeros(slots.size, dtype=bool)
-        for nid in sorted(replies):
-            got, _ = unpack(replies.pop(nid).content)  # free each message as we go
-            ids, rows = self._validate(nid, round_name, got, requested[nid], expected)
+        if fold is not None:
+            sink: _Sink = _FoldingSink(expected, fold)
+        else:
+            sink = _StackingSink(requested, expected)
+        batch = max(1, int(self.federation.message_mb * 2**20 // _row_bytes(expected)))
+        batches = [
+            (nid, ids[start:start + batch])
+            for nid, ids in requested.items() for start in range(0, ids.size, batch)
+        ]
+        for nid, ids, got in self._stream(batches, stage, round_name, arrays, config):
+            ids, rows = self._validate(nid, round_name, got, ids, expected)
+            del got
             if ids.size:
-                where = np.searchsorted(slots, ids)
-                for name in expected:
-                    stats[name][where] = rows[name]
-                filled[where] = True
-            del got, rows
-        ids = slots[filled]
+                for observer in self.observers:
+                    hook = getattr(observer, "on_client_rows", None)
+                    if hook is not None:
+                        hook(round_name, ids, rows)
+                sink.add(ids, rows)
+            del rows
+        ids = sink.client_ids()
         self._record_answers(round_name, requested, ids)
         need = math.ceil(self.federation.min_replies * len(wanted))
         if ids.size < need:
@@ -216,12 +242,61 @@ class ClientPool:
                 f"round '{round_name}': {ids.size} of {len(wanted)} requested clients gave a "
                 f"valid reply, federation.min-replies requires {need}"
             )
-        if not filled.all():
-            stats = {name: _keep_rows(value, filled) for name, value in stats.items()}
-        result = Replies(ids, stats)
+        result = sink.replies()
         for observer in self.observers:
             observer.on_replies(round_name, result)
         return result
+
+    def _stream(
+        self,
+        batches: list[tuple[int, np.ndarray]],
+        stage: str,
+        round_name: str,
+        arrays: Mapping[str, np.ndarray],
+        config: Mapping | None,
+    ) -> Iterator[tuple[int, np.ndarray, dict]]:
+        """Send ``batches`` (node, client ids) in a bounded window; yield each reply.
+
+        Yields ``(node, asked client ids, reply arrays)`` as replies arrive. Error
+        replies and messages unanswered by ``federation.round-timeout`` are rejected
+        (logged, never yielded).
+        """
+        deadline = time.monotonic() + self.federation.round_timeout
+        window = self.federation.messages_in_flight
+        queue = list(reversed(batches))
+        in_flight: dict[str, tuple[int, np.ndarray]] = {}
+        while (queue or in_flight) and time.monotonic() < deadline:
+            if queue and len(in_flight) < window:
+                pushed = []
+                while queue and len(in_flight) + len(pushed) < window:
+                    nid, ids = queue.pop()
+                    content = pack({"client_ids": ids, **arrays}, config)
+                    pushed.append((Message(content, dst_node_id=nid,
+                                           message_type=f"query.{stage}", group_id=stage),
+                                   nid, ids))
+                msg_ids = self.grid.push_messages([m for m, _, _ in pushed])
+                for msg_id, (_, nid, ids) in zip(msg_ids, pushed, strict=True):
+                    in_flight[str(msg_id)] = (nid, ids)
+                del pushed
+            arrived = False
+            for reply in self.grid.pull_messages(list(in_flight)):
+                sent = in_flight.pop(reply.metadata.reply_to_message_id, None)
+                if sent is None:
+                    continue
+                arrived = True
+                nid, ids = sent
+                if reply.has_error():
+                    self._reject(nid, round_name, f"error reply: {reply.error.reason}",
+                                 clients=None)
+                    continue
+                got, _ = unpack(reply.content)
+                del reply
+                yield nid, ids, got
+            if not arrived and in_flight:
+                time.sleep(_POLL_SECONDS)
+        late = [nid for nid, _ in in_flight.values()] + [nid for nid, _ in queue]
+        for nid in sorted(set(late)):
+            self._reject(nid, round_name, "no reply before federation.round-timeout")
 
     def _record_answers(
         self, round_name: str, requested: Mapping[int, np.ndarray], accepted: np.ndarray
@@ -306,6 +381,71 @@ class ClientPool:
             if not any(r["node"] == nid and r["round"] == round_name for r in self.rejected):
                 self._reject(nid, round_name, "no reply before federation.round-timeout")
         return out
+
+
+#: Seconds between two pulls while no reply has arrived.
+_POLL_SECONDS = 0.05
+
+
+def _row_bytes(expected: Mapping[str, tuple[int, ...]]) -> int:
+    """Bytes of one client's reply rows (float64; an upper bound for triangles)."""
+    return 8 * sum(math.prod(shape) for shape in expected.values())
+
+
+class _Sink:
+    """Where a round's accepted rows go: stacked or folded."""
+
+    def add(self, ids: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def client_ids(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def replies(self) -> Replies:
+        raise NotImplementedError
+
+
+class _FoldingSink(_Sink):
+    """Clip and add each message's rows; keep only the sums and the client ids."""
+
+    def __init__(self, expected, fold):
+        self._sums = RunningSums(expected, fold)
+        self._ids: list[np.ndarray] = []
+
+    def add(self, ids, rows):
+        self._sums.add(rows)
+        self._ids.append(ids)
+
+    def client_ids(self):
+        return np.sort(np.concatenate([np.zeros(0, np.int64), *self._ids]))
+
+    def replies(self):
+        return Replies(self.client_ids(), self._sums.as_rows(), folded=True)
+
+
+class _StackingSink(_Sink):
+    """One row per requested client, in increasing id, reserved up front."""
+
+    def __init__(self, requested, expected):
+        self._slots = np.sort(np.concatenate([np.zeros(0, np.int64), *requested.values()]))
+        self._stats = {name: np.empty((self._slots.size, *shape))
+                       for name, shape in expected.items()}
+        self._filled = np.zeros(self._slots.size, dtype=bool)
+
+    def add(self, ids, rows):
+        where = np.searchsorted(self._slots, ids)
+        for name, value in rows.items():
+            self._stats[name][where] = value
+        self._filled[where] = True
+
+    def client_ids(self):
+        return self._slots[self._filled]
+
+    def replies(self):
+        stats = self._stats
+        if not self._filled.all():
+            stats = {name: _keep_rows(value, self._filled) for name, value in stats.items()}
+        return Replies(self.client_ids(), stats)
 
 
 def _keep_rows(stacked: np.ndarray, keep: np.ndarray) -> np.ndarray:
