@@ -1,20 +1,26 @@
 """How FedDP-KMeans scales with the number of clients, per engine and shard size.
 
-    python benchmarks/scale.py                      # 10^2 .. 10^4 clients
-    python benchmarks/scale.py --sizes 100000 --engines inprocess:100
+    python benchmarks/scale.py                                  # 10^2 .. 10^4 clients
+    python benchmarks/scale.py --sizes 100000 --engines inprocess:100 flower:100
+    python benchmarks/scale.py --sizes 1000000 --engines inprocess:100 \
+        --points-per-client 10 --dim 20
 
-Mixture, 50 points per client, d = 100, client level, eps = 3, T = 0. For every
-(clients, engine:nodes) it records the wall time of the whole run, the time per
-protocol round (register, FedDP-Init 1-3, evaluation), the peak resident memory of
-every process involved (this process and, for `flower`, every process carrying the
-run's private FLWR_HOME), and the time of the same arithmetic done in one process with
-vectorised NumPy on the pooled data (the lower bound: no messages, no per-client
-loops). Results: docs/results/scale.md and scale.csv.
+Mixture, client level, eps = 3, T = 0 (default 50 points per client, d = 100). For
+every (clients, engine:nodes) it records the wall time of the whole run, the time per
+protocol round (register, FedDP-Init 1-3, evaluation), the peak resident memory of the
+whole process tree and of each kind of process in it (this driver; for `flower` the
+SuperLink, the SuperExec, the `flwr-simulation` process that hosts the ServerApp and
+the Ray driver, the Ray workers and daemons, the `flwr` CLI), and the time of the same
+arithmetic done in one process with vectorised NumPy on the pooled data (the lower
+bound: no messages, no per-client loops). Rows are merged into docs/results/scale.csv
+(one row per clients, engine, nodes, points per client and d: a rerun replaces its
+row); scale.md and the log-log plot scale.png are written from the whole CSV.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import tempfile
 import threading
@@ -33,17 +39,23 @@ from fedkmeans.experiment import run
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 BASE = [
-    "privacy.level=client", "data.points-per-client=50", "data.dim=100",
-    "privacy.split='0.35,0.1,0.45,0.1'", "privacy.clip-covariance=1500",
-    "privacy.clip-sums=110", "privacy.min-server-weight=200", "privacy.epsilon=3",
+    "privacy.level=client", "privacy.split='0.35,0.1,0.45,0.1'",
+    "privacy.min-server-weight=200", "privacy.epsilon=3",
 ]
+#: Kinds of process, by a marker in their command line (first match wins).
+ROLES = (
+    ("superlink", "flower-superlink"), ("superexec", "flower-superexec"),
+    ("serverapp", "flwr-simulation"), ("ray", "ray::"), ("ray", "raylet"),
+    ("ray", "gcs_server"), ("ray", "ray/"), ("flwr-cli", "flwr run"),
+)
 
 
 class PeakMemory:
-    """Sample the summed RSS of this process and its descendants every 0.2 s."""
+    """Sample the RSS of this process tree every 0.2 s: peak total and peak per kind."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self.by_role: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -57,8 +69,23 @@ class PeakMemory:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(os.getpid()))
+            roles: dict[str, int] = {}
+            for pid in _tree(os.getpid()):
+                role = "driver" if pid == os.getpid() else _role(pid)
+                roles[role] = roles.get(role, 0) + _rss(pid)
+            self.peak = max(self.peak, sum(roles.values()))
+            for role, rss in roles.items():
+                self.by_role[role] = max(self.by_role.get(role, 0), rss)
             time.sleep(0.2)
+
+
+def _role(pid: int) -> str:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return "other"
+    return next((role for role, marker in ROLES if marker in cmd), "other")
 
 
 def _children() -> dict[int, list[int]]:
@@ -83,17 +110,15 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def _tree_rss(root: int) -> int:
-    """RSS of ``root`` and all descendants, including detached Flower/Ray daemons
-    (they are found by re-parenting: every process started after this one whose
-    environment names a fedkmeans FLWR_HOME)."""
-    tree, total, stack, seen = _children(), 0, [root], set()
+def _tree(root: int) -> set[int]:
+    """``root`` and all its descendants, including detached Flower/Ray daemons (found
+    by their environment: every process carrying a fedkmeans FLWR_HOME)."""
+    tree, stack, seen = _children(), [root], set()
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _rss(pid)
         stack.extend(tree.get(pid, []))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in seen:
@@ -102,17 +127,18 @@ def _tree_rss(root: int) -> int:
             except OSError:
                 continue
             if b"fedkmeans-flwr-" in env:
-                total += _rss(int(entry.name))
-    return total
+                seen.add(int(entry.name))
+    return seen
 
 
 #: Points per vectorised block of the NumPy lower bound (5M x 300 distances = 12 GB).
 CHUNK = 100_000
 
 
-def numpy_lower_bound(n_clients: int) -> float:
+def numpy_lower_bound(n_clients: int, points: int, dim: int) -> float:
     """Seconds for FedDP-Init's arithmetic on pooled data in one process (no noise)."""
-    config = parse_config({"data.num-clients": n_clients, "data.points-per-client": 50})
+    config = parse_config({"data.num-clients": n_clients, "data.points-per-client": points,
+                           "data.dim": dim})
     x = np.concatenate([load_client(config, j)[0] for j in range(n_clients)])
     q, _ = load_server(config)
     start = time.perf_counter()
@@ -133,6 +159,52 @@ def numpy_lower_bound(n_clients: int) -> float:
     return time.perf_counter() - start
 
 
+#: Columns that identify a row of scale.csv.
+KEY = ("clients", "engine", "nodes", "points_per_client", "dim")
+
+
+def _merge(path: Path, rows: list[dict]) -> list[dict]:
+    """Rows of ``path`` with ``rows`` replacing those of the same KEY, sorted."""
+    old = []
+    if path.exists():
+        with path.open() as f:
+            old = list(csv.DictReader(f))
+    keyed = {tuple(str(r.get(k, "")) for k in KEY): r for r in old}
+    for row in rows:
+        keyed[tuple(str(row[k]) for k in KEY)] = row
+    return sorted(keyed.values(), key=lambda r: (int(r["dim"]), -int(r["points_per_client"]),
+                                                 r["engine"], int(r["clients"]),
+                                                 int(r["nodes"])))
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    """Log-log: time after start-up and peak memory against clients, per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        label = f"{r['engine']}:{r['nodes']}, {r['points_per_client']} pts, d={r['dim']}"
+        groups.setdefault(label, []).append(r)
+    for label, rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: int(r["clients"]))
+        n = [int(r["clients"]) for r in rs]
+        ax_t.plot(n, [float(r["after_startup_s"]) for r in rs], "o-", label=label)
+        ax_m.plot(n, [float(r["peak_rss_gib"]) for r in rs], "o-", label=label)
+    ax_t.set(xscale="log", yscale="log", xlabel="clients", ylabel="seconds after start-up",
+             title="FedDP-Init + evaluation time")
+    ax_m.set(xscale="log", yscale="log", xlabel="clients",
+             ylabel="peak RSS, all processes (GiB)", title="memory")
+    ax_m.axhline(4.0, color="grey", linestyle=":", linewidth=1)
+    ax_t.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     os.environ["FEDKMEANS_SKIP_OPTIMAL_COST"] = "1"  # evaluation, not the algorithm
     parser = argparse.ArgumentParser(description=__doc__)
@@ -140,16 +212,25 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+",
                         default=["inprocess:100", "flower:2", "flower:100"],
                         help="engine:nodes pairs")
+    parser.add_argument("--points-per-client", type=int, default=50)
+    parser.add_argument("--dim", type=int, default=100)
+    parser.add_argument("--no-lower-bound", action="store_true",
+                        help="skip the pooled NumPy bound (it holds all points at once)")
     parser.add_argument("--output", default=str(OUT / "scale"))
     args = parser.parse_args()
+    points, dim = args.points_per_client, args.dim
+    # client-level clip bounds from the public declarations (points per client, radius)
+    clip = [f"data.points-per-client={points}", f"data.dim={dim}",
+            f"privacy.max-points-per-client={points}",
+            f"privacy.clip-covariance={30 * points}", f"privacy.clip-sums={2.2 * points}"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            lower = numpy_lower_bound(n)
+            lower = None if args.no_lower_bound else numpy_lower_bound(n, points, dim)
             for spec in args.engines:
                 engine, nodes = spec.split(":")
                 nodes = min(int(nodes), n)
-                overrides = BASE + [
+                overrides = BASE + clip + [
                     f"data.num-clients={n}", f"federation.engine={engine}",
                     f"federation.num-nodes={nodes}", f"output-dir={tmp}/{n}-{spec}",
                 ]
@@ -160,26 +241,36 @@ def main() -> None:
                 t = result["timings"]
                 rounds = {k: round(t.get(k, 0.0), 2) for k in
                           ("register", "init-1", "init-2", "init-3", "evaluate")}
+                after = round(sum(rounds.values()) - rounds["register"], 2)
                 rows.append({
                     "clients": n, "engine": engine, "nodes": nodes,
+                    "points_per_client": points, "dim": dim,
                     "clients_per_node": n // nodes, "wall_s": round(wall, 2),
                     **{f"{k}_s": v for k, v in rounds.items()},
-                    "after_startup_s": round(sum(rounds.values()) - rounds["register"], 2),
+                    "after_startup_s": after,
                     "peak_rss_gib": round(memory.peak / 2**30, 2),
-                    "numpy_lower_bound_s": round(lower, 3),
+                    **{f"peak_{role}_gib": round(memory.by_role.get(role, 0) / 2**30, 2)
+                       for role in ("driver", "serverapp", "superlink", "superexec", "ray",
+                                    "flwr-cli", "other")},
+                    "numpy_lower_bound_s": "" if lower is None else round(lower, 3),
+                    "after_startup_over_bound": "" if lower is None else round(after / lower, 2),
                     "cost": round(result["metrics"]["cost"], 3),
                 })
                 print(rows[-1], flush=True)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
+    rows = _merge(out.with_suffix(".csv"), rows)
     write_csv(out.with_suffix(".csv"), rows)
     lines = markdown_table(rows)
     out.with_suffix(".md").write_text(
-        "Measured by `python benchmarks/scale.py` on 2 cores (mixture, 50 points per "
-        "client, d = 100, client level, eps = 3, T = 0). The register round of `flower` "
-        "includes Ray start-up; *after_startup_s* = FedDP-Init + evaluation rounds.\n\n"
+        "Measured by `python benchmarks/scale.py` on 2 cores (mixture, client level, "
+        "eps = 3, T = 0; points per client and d as listed). The register round of "
+        "`flower` includes Ray start-up; *after_startup_s* = FedDP-Init + evaluation "
+        "rounds; *peak_rss_gib* is the peak of the summed RSS of every process of the run "
+        "(sampled every 0.2 s), the *peak_<kind>_gib* columns the peak of each kind.\n\n"
         + "\n".join(lines) + "\n"
     )
+    _plot(rows, out.with_suffix(".png"))
     print("\n".join(lines))
 
 

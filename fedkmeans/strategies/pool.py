@@ -255,47 +255,60 @@ class ClientPool:
         arrays: Mapping[str, np.ndarray],
         config: Mapping | None,
     ) -> Iterator[tuple[int, np.ndarray, dict]]:
-        """Send ``batches`` (node, client ids) in a bounded window; yield each reply.
+        """Send ``batches`` (node, client ids) in a bounded window; yield the replies.
 
-        Yields ``(node, asked client ids, reply arrays)`` as replies arrive. Error
-        replies and messages unanswered by ``federation.round-timeout`` are rejected
-        (logged, never yielded).
+        Yields ``(node, asked client ids, reply arrays)`` in the order of ``batches``,
+        whatever the order of arrival: a reply that comes early waits (at most the
+        window) for those before it, so the sums are added in one fixed order and a
+        run gives the same bits on either engine. Error replies and messages
+        unanswered by ``federation.round-timeout`` are rejected (logged, never
+        yielded).
         """
         deadline = time.monotonic() + self.federation.round_timeout
         window = self.federation.messages_in_flight
-        queue = list(reversed(batches))
-        in_flight: dict[str, tuple[int, np.ndarray]] = {}
-        while (queue or in_flight) and time.monotonic() < deadline:
-            if queue and len(in_flight) < window:
-                pushed = []
-                while queue and len(in_flight) + len(pushed) < window:
-                    nid, ids = queue.pop()
-                    content = pack({"client_ids": ids, **arrays}, config)
-                    pushed.append((Message(content, dst_node_id=nid,
-                                           message_type=f"query.{stage}", group_id=stage),
-                                   nid, ids))
-                msg_ids = self.grid.push_messages([m for m, _, _ in pushed])
-                for msg_id, (_, nid, ids) in zip(msg_ids, pushed, strict=True):
-                    in_flight[str(msg_id)] = (nid, ids)
-                del pushed
-            arrived = False
-            for reply in self.grid.pull_messages(list(in_flight)):
-                sent = in_flight.pop(reply.metadata.reply_to_message_id, None)
-                if sent is None:
+        in_flight: dict[str, int] = {}  # message id -> position in batches
+        arrived: dict[int, dict | None] = {}  # position -> reply arrays (None: error)
+        pushed = done = 0
+        while done < len(batches) and time.monotonic() < deadline:
+            room = window - len(in_flight) - len(arrived)
+            if room > 0 and pushed < len(batches):
+                chunk = range(pushed, min(len(batches), pushed + room))
+                messages = [
+                    Message(pack({"client_ids": batches[i][1], **arrays}, config),
+                            dst_node_id=batches[i][0], message_type=f"query.{stage}",
+                            group_id=stage)
+                    for i in chunk
+                ]
+                for msg_id, i in zip(self.grid.push_messages(messages), chunk, strict=True):
+                    in_flight[str(msg_id)] = i
+                pushed = chunk.stop
+                del messages
+            replies = list(self.grid.pull_messages(list(in_flight)))
+            for reply in replies:
+                i = in_flight.pop(reply.metadata.reply_to_message_id, None)
+                if i is None:
                     continue
-                arrived = True
-                nid, ids = sent
                 if reply.has_error():
-                    self._reject(nid, round_name, f"error reply: {reply.error.reason}",
-                                 clients=None)
-                    continue
-                got, _ = unpack(reply.content)
-                del reply
-                yield nid, ids, got
-            if not arrived and in_flight:
+                    self._reject(batches[i][0], round_name,
+                                 f"error reply: {reply.error.reason}")
+                    arrived[i] = None
+                else:
+                    arrived[i] = unpack(reply.content)[0]
+            if not replies and in_flight:
                 time.sleep(_POLL_SECONDS)
-        late = [nid for nid, _ in in_flight.values()] + [nid for nid, _ in queue]
-        for nid in sorted(set(late)):
+            del replies
+            while done in arrived:
+                got = arrived.pop(done)
+                if got is not None:
+                    yield batches[done][0], batches[done][1], got
+                del got
+                done += 1
+        for i in sorted(arrived):  # the round timed out: what did arrive still counts
+            if arrived[i] is not None:
+                yield batches[i][0], batches[i][1], arrived[i]
+        late = {batches[i][0] for i in in_flight.values()}
+        late |= {batches[i][0] for i in range(pushed, len(batches))}
+        for nid in sorted(late):
             self._reject(nid, round_name, "no reply before federation.round-timeout")
 
     def _record_answers(
