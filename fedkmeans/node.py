@@ -24,15 +24,18 @@ import numpy as np
 
 from fedkmeans import data as data_access
 from fedkmeans.clustering import (
-    cluster_sums_counts,
     local_kmeans_centers,
     outer_product_sum,
-    projected_histogram,
 )
 from fedkmeans.clustering.client_stats import nearest_center
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.budget import statistic_bounds
-from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2, clip_rows_l2
+from fedkmeans.privacy.clipping import (
+    clip_l1_nonnegative,
+    clip_l2,
+    clip_rows_l2,
+    clip_stacked,
+)
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
 from fedkmeans.seeding import integer_seed
@@ -58,7 +61,8 @@ class NodeData:
     points: dict[int, np.ndarray] = field(repr=False)
     labels: dict[int, np.ndarray | None] = field(repr=False)
     data_path: str = ""
-    clipped_any: bool = False
+    #: Clients with points clipped to the data radius (evaluation reloads only those).
+    clipped_clients: frozenset[int] = frozenset()
 
     @classmethod
     def load(
@@ -69,6 +73,7 @@ class NodeData:
         points, labels = {}, {}
         radius = config.privacy.data_radius
         clipped = total = 0
+        clipped_clients = set()
         for cid in ids.tolist():
             x, y = data_access.load_client(config, cid, data_path)
             total += x.shape[0]
@@ -77,6 +82,7 @@ class NodeData:
                 if outside:
                     x = clip_rows_l2(x, radius)
                     clipped += outside
+                    clipped_clients.add(cid)
             points[cid], labels[cid] = x, y
         if clipped:
             # the node's own log (the operator's); this count never goes to the server
@@ -86,7 +92,7 @@ class NodeData:
                 radius, " -- every point: is data-radius far too small for this data?"
                 if clipped == total else "",
             )
-        return cls(config, ids, points, labels, data_path, clipped > 0)
+        return cls(config, ids, points, labels, data_path, frozenset(clipped_clients))
 
     @property
     def dim(self) -> int:
@@ -122,27 +128,55 @@ class NodeData:
             out[i] = self._clip("covariance", outer_product_sum(self.points[c]))[rows, cols]
         return {"covariance": out}
 
+    def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
+        """Client level: clip each client's row of ``stacked`` (m, ...) on its own."""
+        privacy = self.config.privacy
+        if not self.config.is_private or privacy.level != "client":
+            return stacked
+        bound = statistic_bounds(privacy)[name]
+        norm = "l2" if bound.norm == "l2" else "l1_nonnegative"
+        return clip_stacked(stacked, bound.client_bound, norm)
+
+    def _pooled(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The asked clients' points stacked (n, d) and each row's client position."""
+        sizes = [self.points[c].shape[0] for c in clients]
+        if not clients:
+            return np.zeros((0, self.dim)), np.zeros(0, np.int64)
+        x = np.concatenate([self.points[c] for c in clients])
+        return x, np.repeat(np.arange(len(clients)), sizes)
+
     def histogram(
         self, clients: Sequence[int], basis: np.ndarray, projected_server: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """Step 2: nearest-projected-server-point histogram per client, shape (m, |Q|)."""
-        stats = [
-            self._clip("histogram", projected_histogram(self.points[c], basis, projected_server))
-            for c in clients
-        ]
-        return {"histogram": _stack(stats, (projected_server.shape[0],))}
+        """Step 2: nearest-projected-server-point histogram per client, shape (m, |Q|).
+
+        Every asked client's points are assigned at once (in blocks of
+        :data:`BLOCK` points); the counts are then split by client (exact integers),
+        so this equals :func:`~fedkmeans.clustering.projected_histogram` per client.
+        """
+        m, size = len(clients), projected_server.shape[0]
+        x, owner = self._pooled(clients)
+        nearest = _assign(x @ basis.T, projected_server)
+        hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
+        return {"histogram": self._clip_rows("histogram", hist.astype(np.float64))}
 
     def sums_counts(
         self, clients: Sequence[int], centers: np.ndarray, basis: np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
-        """Step 3 (``basis`` given) or a Lloyds step: sums (m, k, d) and counts (m, k)."""
-        sums, counts = [], []
-        for c in clients:
-            s, n = cluster_sums_counts(self.points[c], centers, basis)
-            sums.append(self._clip("sums", s))
-            counts.append(self._clip("counts", n))
-        k = centers.shape[0]
-        return {"sums": _stack(sums, (k, self.dim)), "counts": _stack(counts, (k,))}
+        """Step 3 (``basis`` given) or a Lloyds step: sums (m, k, d) and counts (m, k).
+
+        All asked clients' points are assigned at once; each (client, cluster) sum adds
+        that client's points in their order, as
+        :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client.
+        """
+        m, k = len(clients), centers.shape[0]
+        x, owner = self._pooled(clients)
+        labels = _assign(x if basis is None else x @ basis.T, centers)
+        sums = np.zeros((m, k, self.dim))
+        np.add.at(sums, (owner, labels), x)
+        counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
+        return {"sums": self._clip_rows("sums", sums),
+                "counts": self._clip_rows("counts", counts.astype(np.float64))}
 
     def secagg_contribution(
         self,
@@ -211,28 +245,42 @@ class NodeData:
 
         Returns the summed squared distance to the nearest center, the number of
         points, and, when labels exist, the label values and the contingency table
-        (n_labels, k) of labels against assigned clusters.
+        (n_labels, k) of labels against assigned clusters. Clients whose points were
+        clipped to the data radius are evaluated on their original points.
         """
         k = centers.shape[0]
-        cost, n_points = 0.0, 0
-        tables: dict[int, np.ndarray] = {}
-        for cid in self.client_ids.tolist():
-            x, y = self.points[cid], self.labels[cid]
-            if self.clipped_any:  # evaluate on the original, unclipped points
-                x = data_access.load_client(self.config, cid, self.data_path)[0]
-            assigned = nearest_center(x, centers)
-            cost += float(((x - centers[assigned]) ** 2).sum())
-            n_points += x.shape[0]
-            if y is not None:
-                for label in np.unique(y).tolist():
-                    row = tables.setdefault(int(label), np.zeros(k))
-                    row += np.bincount(assigned[y == label], minlength=k)
-        out = {"cost_sum": np.array([cost]), "num_points": np.array([float(n_points)])}
-        if tables:
-            values = np.array(sorted(tables), dtype=np.int64)
-            out["label_values"] = values
-            out["table"] = np.stack([tables[v] for v in values.tolist()])
+        clients = self.client_ids.tolist()
+        x = np.concatenate([
+            data_access.load_client(self.config, c, self.data_path)[0]
+            if c in self.clipped_clients else self.points[c] for c in clients
+        ]) if clients else np.zeros((0, max(self.dim, 1)))
+        cost = 0.0
+        assigned = np.empty(x.shape[0], dtype=np.int64)
+        for start in range(0, x.shape[0], BLOCK):
+            block = x[start:start + BLOCK]
+            assigned[start:start + BLOCK] = nearest_center(block, centers)
+            cost += float(((block - centers[assigned[start:start + BLOCK]]) ** 2).sum())
+        out = {"cost_sum": np.array([cost]), "num_points": np.array([float(x.shape[0])])}
+        labelled = [self.labels[c] for c in clients]
+        if clients and all(y is not None for y in labelled):
+            y = np.concatenate(labelled)
+            values, index = np.unique(y, return_inverse=True)
+            table = np.bincount(index * k + assigned, minlength=values.size * k)
+            out["label_values"] = values.astype(np.int64)
+            out["table"] = table.reshape(values.size, k).astype(np.float64)
         return out
+
+
+#: Points assigned at a time: bounds the (points, centers) distance matrix.
+BLOCK = 65536
+
+
+def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """:func:`nearest_center` in blocks of :data:`BLOCK` points."""
+    out = np.empty(points.shape[0], dtype=np.int64)
+    for start in range(0, points.shape[0], BLOCK):
+        out[start:start + BLOCK] = nearest_center(points[start:start + BLOCK], centers)
+    return out
 
 
 def _stack(rows: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:

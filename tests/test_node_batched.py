@@ -1,0 +1,66 @@
+"""A node's statistics for many clients at once equal the per-client definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedkmeans.clustering import cluster_sums_counts, projected_histogram
+from fedkmeans.config import parse_config
+from fedkmeans.node import NodeData
+from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2
+
+
+def _node(level: str) -> NodeData:
+    """Seven clients of 1 to 13 points in d = 5 (one with no points at all)."""
+    rng = np.random.default_rng(11)
+    config = parse_config({"privacy.level": level, "data.dim": 5, "k": 3,
+                           "privacy.clip-sums": 4.0, "privacy.clip-counts": 3.0,
+                           "privacy.clip-histogram": 2.0, "privacy.clip-covariance": 6.0})
+    sizes = [1, 13, 4, 0, 9, 2, 7]
+    points = {c: rng.normal(size=(n, 5)) for c, n in enumerate(sizes)}
+    labels = {c: rng.integers(0, 3, size=n) for c, n in enumerate(sizes)}
+    return NodeData(config, np.arange(len(sizes)), points, labels)
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_histogram_and_sums_equal_the_per_client_statistics(level):
+    node = _node(level)
+    rng = np.random.default_rng(5)
+    basis = np.linalg.qr(rng.normal(size=(5, 3)))[0].T  # (3, 5), orthonormal rows
+    server = rng.normal(size=(6, 3))
+    centers = rng.normal(size=(3, 5))
+    clients = [6, 0, 3, 4, 1]  # any order, an empty client included
+    hist = node.histogram(clients, basis, server)["histogram"]
+    stats = node.sums_counts(clients, centers)
+    projected = node.sums_counts(clients, centers @ basis.T, basis)
+    for row, c in enumerate(clients):
+        h = projected_histogram(node.points[c], basis, server)
+        s, n = cluster_sums_counts(node.points[c], centers)
+        ps, pn = cluster_sums_counts(node.points[c], centers @ basis.T, basis)
+        if level == "client":
+            h, n, pn = (clip_l1_nonnegative(v, b) for v, b in ((h, 2.0), (n, 3.0), (pn, 3.0)))
+            s, ps = clip_l2(s, 4.0), clip_l2(ps, 4.0)
+        np.testing.assert_array_equal(hist[row], h)
+        np.testing.assert_array_equal(stats["sums"][row], s)
+        np.testing.assert_array_equal(stats["counts"][row], n)
+        np.testing.assert_array_equal(projected["sums"][row], ps)
+        np.testing.assert_array_equal(projected["counts"][row], pn)
+    if level == "client":  # the clip bites: client 1 has 13 points
+        assert np.abs(hist[4]).sum() == pytest.approx(2.0)
+
+
+def test_evaluation_counts_every_point_once():
+    node = _node("datapoint")
+    centers = np.array([[0.0] * 5, [1.0] * 5, [-1.0] * 5])
+    out = node.evaluate(centers)
+    x = np.concatenate([node.points[c] for c in range(7)])
+    y = np.concatenate([node.labels[c] for c in range(7)])
+    d2 = ((x[:, None, :] - centers[None]) ** 2).sum(axis=2)
+    assigned = d2.argmin(axis=1)
+    assert out["num_points"][0] == 36
+    assert out["cost_sum"][0] == pytest.approx(d2.min(axis=1).sum(), rel=1e-12)
+    table = np.zeros((3, 3))
+    np.add.at(table, (y, assigned), 1)
+    np.testing.assert_array_equal(out["label_values"], [0, 1, 2])
+    np.testing.assert_array_equal(out["table"], table)
