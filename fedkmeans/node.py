@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 from fedkmeans import data as data_access
 from fedkmeans.clustering import (
@@ -35,6 +36,7 @@ from fedkmeans.privacy.clipping import (
     clip_l2,
     clip_rows_l2,
     clip_stacked,
+    clip_upper_triangles,
 )
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
@@ -118,14 +120,26 @@ class NodeData:
     def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
 
-        One client's (d, d) matrix exists at a time (no (m, d, d) stack), so a node
-        hosting many virtual clients needs ``O(m d^2 / 2 + d^2)`` for a message.
+        Clients with the same number of points are multiplied together (one batched
+        ``X^T X`` per group of at most :data:`GROUP` clients); only that group's
+        (d, d) matrices exist at once. At client level each triangle is clipped by the
+        Frobenius norm of its full matrix
+        (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
         """
         d = self.dim
         rows, cols = np.triu_indices(d)
         out = np.empty((len(clients), rows.size))
-        for i, c in enumerate(clients):
-            out[i] = self._clip("covariance", outer_product_sum(self.points[c]))[rows, cols]
+        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        privacy = self.config.privacy
+        client_clip = self.config.is_private and privacy.level == "client"
+        bound = statistic_bounds(privacy)["covariance"].client_bound if client_clip else 0.0
+        for size in np.unique(sizes).tolist():
+            where = np.flatnonzero(sizes == size)
+            for start in range(0, where.size, GROUP):
+                part = where[start:start + GROUP]
+                stack = np.stack([self.points[clients[i]] for i in part])  # (g, n, d)
+                tri = np.matmul(stack.transpose(0, 2, 1), stack)[:, rows, cols]
+                out[part] = clip_upper_triangles(tri, bound, d) if client_clip else tri
         return {"covariance": out}
 
     def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
@@ -172,8 +186,12 @@ class NodeData:
         m, k = len(clients), centers.shape[0]
         x, owner = self._pooled(clients)
         labels = _assign(x if basis is None else x @ basis.T, centers)
-        sums = np.zeros((m, k, self.dim))
-        np.add.at(sums, (owner, labels), x)
+        # one-hot (client, cluster) x points: each row adds its points in their order
+        onehot = sparse.csr_matrix(
+            (np.ones(x.shape[0]), (owner * k + labels, np.arange(x.shape[0]))),
+            shape=(m * k, x.shape[0]),
+        )
+        sums = np.asarray(onehot @ x).reshape(m, k, self.dim)
         counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
         return {"sums": self._clip_rows("sums", sums),
                 "counts": self._clip_rows("counts", counts.astype(np.float64))}
@@ -271,6 +289,8 @@ class NodeData:
         return out
 
 
+#: Clients whose (d, d) second moments are formed at once in step 1.
+GROUP = 256
 #: Points assigned at a time: bounds the (points, centers) distance matrix.
 BLOCK = 65536
 

@@ -64,3 +64,35 @@ def test_evaluation_counts_every_point_once():
     np.add.at(table, (y, assigned), 1)
     np.testing.assert_array_equal(out["label_values"], [0, 1, 2])
     np.testing.assert_array_equal(out["table"], table)
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_step_one_triangles_equal_the_clipped_per_client_matrices(level):
+    from fedkmeans.clustering.client_stats import outer_product_sum, upper_triangle
+
+    node = _node(level)
+    clients = [4, 3, 1, 0, 6, 2, 5]
+    triangles = node.covariance_triangles(clients)["covariance"]
+    for row, c in enumerate(clients):
+        matrix = outer_product_sum(node.points[c])
+        if level == "client":
+            matrix = clip_l2(matrix, 6.0)
+        np.testing.assert_allclose(triangles[row], upper_triangle(matrix), rtol=1e-12,
+                                   atol=1e-12)
+    full = node.covariance(clients)["covariance"]
+    np.testing.assert_allclose(triangles, upper_triangle(full), rtol=1e-12, atol=1e-12)
+    if level == "client":  # client 1 (13 points) is clipped to Frobenius norm 6
+        assert np.linalg.norm(node.covariance([1])["covariance"][0]) == pytest.approx(6.0)
+
+
+def test_triangle_clipping_equals_clipping_the_full_matrix():
+    from fedkmeans.clustering.client_stats import symmetric_from_upper, upper_triangle
+    from fedkmeans.privacy.clipping import clip_stacked, clip_upper_triangles
+
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(50, 6, 6))
+    full = a + a.transpose(0, 2, 1)  # symmetric
+    clipped = clip_upper_triangles(upper_triangle(full), 3.0, 6)
+    np.testing.assert_allclose(symmetric_from_upper(clipped, 6), clip_stacked(full, 3.0, "l2"),
+                               rtol=1e-13, atol=1e-13)
+    assert (np.linalg.norm(symmetric_from_upper(clipped, 6), axis=(1, 2)) <= 3.0 + 1e-12).all()

@@ -13,7 +13,10 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["clip_rows_l2", "clip_l2", "clip_l1", "clip_l1_nonnegative", "clip_stacked"]
+__all__ = [
+    "clip_rows_l2", "clip_l2", "clip_l1", "clip_l1_nonnegative", "clip_stacked",
+    "clip_upper_triangles", "triangle_weights",
+]
 
 _NORMS = ("l2", "l1", "l1_nonnegative")
 _SHRINK = 1.0 - 4.0 * np.finfo(np.float64).eps
@@ -38,13 +41,20 @@ def _as_float_copy(x: ArrayLike) -> NDArray[np.floating]:
     return arr
 
 
-def _norms(flat: NDArray[np.floating], kind: str) -> NDArray[np.floating]:
+def _norms(
+    flat: NDArray[np.floating], kind: str, weights: NDArray[np.floating] | None = None
+) -> NDArray[np.floating]:
     if kind == "l2":
-        return np.sqrt(np.sum(flat * flat, axis=1))
+        if weights is None:
+            return np.sqrt(np.sum(flat * flat, axis=1))
+        return np.sqrt(np.einsum("ij,ij,j->i", flat, flat, weights))
     return np.sum(np.abs(flat), axis=1)
 
 
-def _clip_flat(flat: NDArray[np.floating], bound: float, kind: str) -> NDArray[np.floating]:
+def _clip_flat(
+    flat: NDArray[np.floating], bound: float, kind: str,
+    weights: NDArray[np.floating] | None = None,
+) -> NDArray[np.floating]:
     """Clip each row of ``flat`` (shape ``(m, n)``) in place to ``kind``-norm <= bound.
 
     Rows already inside the ball are left bit-exact. Rows outside are multiplied by
@@ -57,17 +67,30 @@ def _clip_flat(flat: NDArray[np.floating], bound: float, kind: str) -> NDArray[n
         kind = "l1"
     if math.isinf(bound) or flat.size == 0:
         return flat
-    norms = _norms(flat, kind)
+    norms = _norms(flat, kind, weights)
     outside = norms > bound
     if not np.any(outside):
         return flat
     idx = np.flatnonzero(outside)
-    flat[idx] *= (bound / norms[idx])[:, None]
+    if 4 * idx.size < flat.shape[0]:  # few rows outside: work on those rows only
+        flat[idx] *= (bound / norms[idx])[:, None]
+        for _ in range(8):
+            still = idx[_norms(flat[idx], kind, weights) > bound]
+            if still.size == 0:
+                break
+            flat[still] *= _SHRINK
+        return flat
+    # many rows outside: one pass over all rows (a factor of exactly 1 keeps a row
+    # bit-exact), the same values as the row-wise branch without gathering
+    factor = np.ones_like(norms)
+    factor[idx] = bound / norms[idx]
+    flat *= factor[:, None]
+    still = np.flatnonzero(outside & (_norms(flat, kind, weights) > bound))
     for _ in range(8):
-        still = idx[_norms(flat[idx], kind) > bound]
         if still.size == 0:
             break
         flat[still] *= _SHRINK
+        still = still[_norms(flat[still], kind, weights) > bound]
     return flat
 
 
@@ -178,3 +201,48 @@ def clip_l1_nonnegative(x: ArrayLike, bound: float) -> NDArray[np.floating]:
         Non-negative float copy.
     """
     return _clip_whole(x, bound, "l1_nonnegative")
+
+
+def triangle_weights(dim: int) -> NDArray[np.floating]:
+    """Weights that turn the l2 norm of an upper triangle into the Frobenius norm.
+
+    For a symmetric ``A`` with upper triangle ``t`` (row-major, diagonal included,
+    as :func:`fedkmeans.clustering.client_stats.upper_triangle` gives it),
+    ``||A||_F^2 = sum_i A_ii^2 + 2 sum_{i<j} A_ij^2 = sum_l w_l t_l^2`` with ``w_l = 1``
+    on the diagonal and 2 off it.
+
+    Returns
+    -------
+    ndarray of shape (dim (dim + 1) / 2,)
+    """
+    rows, cols = np.triu_indices(dim)
+    return np.where(rows == cols, 1.0, 2.0)
+
+
+def clip_upper_triangles(
+    triangles: ArrayLike, bound: float, dim: int
+) -> NDArray[np.floating]:
+    """Clip symmetric matrices, given as upper triangles, to Frobenius norm ``bound``.
+
+    Equal to clipping each full matrix with :func:`clip_stacked` (``"l2"``) and
+    taking its upper triangle again, without forming the ``(m, dim, dim)`` stack: the
+    norm is :func:`triangle_weights`-weighted, and the same few-ulp shrink makes the
+    computed norm ``<= bound`` hold in floating point.
+
+    Parameters
+    ----------
+    triangles : array_like, shape (m, dim (dim + 1) / 2)
+    bound : float
+        In ``(0, inf]``.
+    dim : int
+
+    Returns
+    -------
+    ndarray, shape (m, dim (dim + 1) / 2)
+    """
+    bound = _check_bound(bound)
+    arr = _as_float_copy(triangles)
+    size = dim * (dim + 1) // 2
+    if arr.ndim != 2 or arr.shape[1] != size:
+        raise ValueError(f"triangles must have shape (m, {size}), got {arr.shape}")
+    return _clip_flat(arr, bound, "l2", triangle_weights(dim))

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedkmeans.privacy.clipping import clip_stacked
+from fedkmeans.clustering.client_stats import symmetric_from_upper
+from fedkmeans.privacy.clipping import clip_stacked, clip_upper_triangles
 
-__all__ = ["CLIP_CHUNK", "Fold", "RunningSums", "clipped_sum"]
+__all__ = ["CLIP_CHUNK", "Fold", "RunningSums", "clipped_sum", "clipped_triangle_sum"]
 
 #: Rows clipped at a time: bounds the server's extra memory to one chunk of rows.
 CLIP_CHUNK = 1024
@@ -69,6 +70,24 @@ def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     return total
 
 
+def clipped_triangle_sum(triangles: np.ndarray, bound: float, dim: int) -> np.ndarray:
+    """:func:`clipped_sum` of symmetric (dim, dim) rows given as upper triangles (l2).
+
+    Returns
+    -------
+    ndarray of shape (dim (dim + 1) / 2,)
+        The upper triangle of the sum of the clipped matrices.
+    """
+    total = np.zeros(triangles.shape[1:], dtype=np.float64)
+    for start in range(0, triangles.shape[0], CLIP_CHUNK):
+        chunk = triangles[start:start + CLIP_CHUNK]
+        if math.isinf(bound):
+            total += chunk.sum(axis=0)
+        else:
+            total += clip_upper_triangles(chunk, bound, dim).sum(axis=0)
+    return total
+
+
 class RunningSums:
     """Running clipped sums of the statistics of one round.
 
@@ -86,17 +105,44 @@ class RunningSums:
             raise ValueError(f"no fold given for statistics {missing}")
         self.folds = dict(folds)
         self.totals = {name: np.zeros(shape) for name, shape in shapes.items()}
+        #: Sums of rows that arrived as upper triangles (symmetric (d, d) statistics).
+        self.triangle_totals: dict[str, np.ndarray] = {}
         self.count = 0
 
-    def add(self, rows: Mapping[str, np.ndarray]) -> None:
-        """Fold one message's rows (each of shape (m, ...)) into the sums."""
+    def add(self, rows: Mapping[str, np.ndarray], triangles: frozenset = frozenset()) -> None:
+        """Fold one message's rows (each of shape (m, ...)) into the sums.
+
+        Parameters
+        ----------
+        rows : mapping of str to ndarray of shape (m, ...)
+        triangles : set of str
+            Statistics whose rows are upper triangles, shape (m, d (d + 1) / 2) of
+            symmetric (d, d) rows: clipped by the Frobenius norm of the full matrix
+            (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`) and summed as
+            triangles, without the (m, d, d) stack.
+        """
         m = None
         for name, total in self.totals.items():
             fold = self.folds[name]
-            total += clipped_sum(rows[name], fold.bound, fold.norm)
+            if name in triangles:
+                if fold.norm != "l2":
+                    raise ValueError(f"'{name}' as triangles needs an l2 fold, got {fold.norm}")
+                part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0])
+                if name in self.triangle_totals:
+                    self.triangle_totals[name] += part
+                else:
+                    self.triangle_totals[name] = part
+            else:
+                total += clipped_sum(rows[name], fold.bound, fold.norm)
             m = rows[name].shape[0]
         self.count += m or 0
 
     def as_rows(self) -> dict[str, np.ndarray]:
         """The sums with a leading axis of one (the shape of an aggregated reply)."""
-        return {name: total[None] for name, total in self.totals.items()}
+        out = {}
+        for name, total in self.totals.items():
+            if name in self.triangle_totals:
+                total = total + symmetric_from_upper(
+                    self.triangle_totals[name][None], total.shape[0])[0]
+            out[name] = total[None]
+        return out

@@ -224,15 +224,20 @@ class ClientPool:
             (nid, ids[start:start + batch])
             for nid, ids in requested.items() for start in range(0, ids.size, batch)
         ]
+        hooks = [h for h in (getattr(o, "on_client_rows", None) for o in self.observers) if h]
         for nid, ids, got in self._stream(batches, stage, round_name, arrays, config):
-            ids, rows = self._validate(nid, round_name, got, ids, expected)
+            # a folding sink takes symmetric statistics as upper triangles (no (m, d, d))
+            ids, rows, triangles = self._validate(nid, round_name, got, ids, expected,
+                                                  keep_triangles=fold is not None)
             del got
             if ids.size:
-                for observer in self.observers:
-                    hook = getattr(observer, "on_client_rows", None)
-                    if hook is not None:
-                        hook(round_name, ids, rows)
-                sink.add(ids, rows)
+                if hooks:
+                    full = {name: symmetric_from_upper(v, expected[name][0])
+                            if name in triangles else v for name, v in rows.items()}
+                    for hook in hooks:
+                        hook(round_name, ids, full)
+                    del full
+                sink.add(ids, rows, triangles)
             del rows
         ids = sink.client_ids()
         self._record_answers(round_name, requested, ids)
@@ -328,22 +333,30 @@ class ClientPool:
         replies = self._send({nid: pack(arrays) for nid in self.node_clients}, stage)
         return [unpack(replies[nid].content)[0] for nid in sorted(replies)]
 
-    def _validate(self, nid, round_name, got, requested, expected):
+    def _validate(self, nid, round_name, got, requested, expected, keep_triangles=False):
+        """Accepted client ids and their rows (finite, right shapes) of one reply.
+
+        Returns ``(ids, rows, triangles)``: ``triangles`` names the statistics left as
+        upper triangles (``keep_triangles``); the others are unfolded to full rows.
+        """
         ids = np.asarray(got.get("client_ids", np.zeros(0)))
         if ids.shape != requested.shape or not np.array_equal(ids, requested):
             return self._reject(nid, round_name, "client ids differ from the request")
-        rows = {}
+        rows, triangles = {}, set()
         for name, shape in expected.items():
             value = got.get(name)
             if value is None and name + TRIANGLE in got and len(shape) == 2:
-                triangles, size = got[name + TRIANGLE], shape[0] * (shape[0] + 1) // 2
-                if triangles.shape != (ids.size, size) or shape[0] != shape[1]:
+                value, size = got[name + TRIANGLE], shape[0] * (shape[0] + 1) // 2
+                if value.shape != (ids.size, size) or shape[0] != shape[1]:
                     return self._reject(
-                        nid, round_name, f"'{name}{TRIANGLE}' has shape {triangles.shape}, "
+                        nid, round_name, f"'{name}{TRIANGLE}' has shape {value.shape}, "
                         f"expected {(ids.size, size)}"
                     )
-                value = symmetric_from_upper(triangles, shape[0])
-            if value is None or value.shape != (ids.size, *shape):
+                if keep_triangles:
+                    triangles.add(name)
+                else:
+                    value = symmetric_from_upper(value, shape[0])
+            elif value is None or value.shape != (ids.size, *shape):
                 found = None if value is None else value.shape
                 return self._reject(
                     nid, round_name, f"'{name}' has shape {found}, expected {(ids.size, *shape)}"
@@ -353,19 +366,20 @@ class ClientPool:
         for value in rows.values():
             finite &= np.isfinite(value.reshape(ids.size, -1)).all(axis=1)
         if finite.all():
-            return ids.astype(np.int64), rows
+            return ids.astype(np.int64), rows, frozenset(triangles)
         self._reject(
             nid, round_name, f"{int((~finite).sum())} client rows contain NaN or inf",
             clients=ids[~finite].tolist(),
         )
-        return ids[finite].astype(np.int64), {name: v[finite] for name, v in rows.items()}
+        return (ids[finite].astype(np.int64), {name: v[finite] for name, v in rows.items()},
+                frozenset(triangles))
 
     def _reject(self, nid, round_name, reason, clients=None):
         LOG.warning("round '%s': rejected reply of node %d: %s", round_name, nid, reason)
         self.rejected.append(
             {"round": round_name, "node": int(nid), "reason": reason, "clients": clients}
         )
-        return np.zeros(0, np.int64), {}
+        return np.zeros(0, np.int64), {}, frozenset()
 
     def _send(
         self, contents: dict[int, object], stage: str, round_name: str | None = None
@@ -408,7 +422,7 @@ def _row_bytes(expected: Mapping[str, tuple[int, ...]]) -> int:
 class _Sink:
     """Where a round's accepted rows go: stacked or folded."""
 
-    def add(self, ids: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+    def add(self, ids: np.ndarray, rows: dict[str, np.ndarray], triangles=frozenset()) -> None:
         raise NotImplementedError
 
     def client_ids(self) -> np.ndarray:
@@ -425,8 +439,8 @@ class _FoldingSink(_Sink):
         self._sums = RunningSums(expected, fold)
         self._ids: list[np.ndarray] = []
 
-    def add(self, ids, rows):
-        self._sums.add(rows)
+    def add(self, ids, rows, triangles=frozenset()):
+        self._sums.add(rows, triangles)
         self._ids.append(ids)
 
     def client_ids(self):
@@ -445,7 +459,7 @@ class _StackingSink(_Sink):
                        for name, shape in expected.items()}
         self._filled = np.zeros(self._slots.size, dtype=bool)
 
-    def add(self, ids, rows):
+    def add(self, ids, rows, triangles=frozenset()):
         where = np.searchsorted(self._slots, ids)
         for name, value in rows.items():
             self._stats[name][where] = value
