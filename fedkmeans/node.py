@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
+from scipy.linalg import blas
 
 from fedkmeans import data as data_access
 from fedkmeans.clustering import (
@@ -120,26 +121,24 @@ class NodeData:
     def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
 
-        Clients with the same number of points are multiplied together (one batched
-        ``X^T X`` per group of at most :data:`GROUP` clients); only that group's
-        (d, d) matrices exist at once. At client level each triangle is clipped by the
-        Frobenius norm of its full matrix
-        (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
+        Each client's ``X^T X`` is a BLAS ``dsyrk`` (only the upper triangle: half the
+        flops of a product), read straight into the client's reply row, so no (d, d)
+        stack exists. At client level each triangle is clipped by the Frobenius norm of
+        its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
         """
         d = self.dim
         rows, cols = np.triu_indices(d)
-        out = np.empty((len(clients), rows.size))
-        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        upper = cols * d + rows  # (i, j), i <= j, in dsyrk's column-major result
+        out = np.zeros((len(clients), rows.size))
+        for i, c in enumerate(clients):
+            x = self.points[c]
+            if x.shape[0]:
+                second_moment = blas.dsyrk(1.0, x, trans=1, lower=0)
+                np.take(second_moment.T.reshape(-1), upper, out=out[i])
         privacy = self.config.privacy
-        client_clip = self.config.is_private and privacy.level == "client"
-        bound = statistic_bounds(privacy)["covariance"].client_bound if client_clip else 0.0
-        for size in np.unique(sizes).tolist():
-            where = np.flatnonzero(sizes == size)
-            for start in range(0, where.size, GROUP):
-                part = where[start:start + GROUP]
-                stack = np.stack([self.points[clients[i]] for i in part])  # (g, n, d)
-                tri = np.matmul(stack.transpose(0, 2, 1), stack)[:, rows, cols]
-                out[part] = clip_upper_triangles(tri, bound, d) if client_clip else tri
+        if self.config.is_private and privacy.level == "client":
+            bound = statistic_bounds(privacy)["covariance"].client_bound
+            out = clip_upper_triangles(out, bound, d, copy=False)
         return {"covariance": out}
 
     def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
@@ -289,8 +288,6 @@ class NodeData:
         return out
 
 
-#: Clients whose (d, d) second moments are formed at once in step 1.
-GROUP = 256
 #: Points assigned at a time: bounds the (points, centers) distance matrix.
 BLOCK = 65536
 

@@ -220,7 +220,7 @@ def triangle_weights(dim: int) -> NDArray[np.floating]:
 
 
 def clip_upper_triangles(
-    triangles: ArrayLike, bound: float, dim: int
+    triangles: ArrayLike, bound: float, dim: int, *, copy: bool = True
 ) -> NDArray[np.floating]:
     """Clip symmetric matrices, given as upper triangles, to Frobenius norm ``bound``.
 
@@ -235,13 +235,22 @@ def clip_upper_triangles(
     bound : float
         In ``(0, inf]``.
     dim : int
+    copy : bool
+        ``False``: clip ``triangles`` in place. Only for a float64 array the caller
+        owns and has already checked to be finite (the server's fold of validated
+        replies, a node's own statistics).
 
     Returns
     -------
     ndarray, shape (m, dim (dim + 1) / 2)
     """
     bound = _check_bound(bound)
-    arr = _as_float_copy(triangles)
+    if copy:
+        arr = _as_float_copy(triangles)
+    else:
+        arr = triangles
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.float64:
+            raise ValueError("copy=False needs a float64 ndarray")
     size = dim * (dim + 1) // 2
     if arr.ndim != 2 or arr.shape[1] != size:
         raise ValueError(f"triangles must have shape (m, {size}), got {arr.shape}")

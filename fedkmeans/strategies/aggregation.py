@@ -70,8 +70,13 @@ def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     return total
 
 
-def clipped_triangle_sum(triangles: np.ndarray, bound: float, dim: int) -> np.ndarray:
+def clipped_triangle_sum(
+    triangles: np.ndarray, bound: float, dim: int, *, in_place: bool = False
+) -> np.ndarray:
     """:func:`clipped_sum` of symmetric (dim, dim) rows given as upper triangles (l2).
+
+    ``in_place``: clip ``triangles`` where they are (a validated reply the caller owns
+    and drops afterwards) instead of a copy of each chunk.
 
     Returns
     -------
@@ -84,7 +89,7 @@ def clipped_triangle_sum(triangles: np.ndarray, bound: float, dim: int) -> np.nd
         if math.isinf(bound):
             total += chunk.sum(axis=0)
         else:
-            total += clip_upper_triangles(chunk, bound, dim).sum(axis=0)
+            total += clip_upper_triangles(chunk, bound, dim, copy=not in_place).sum(axis=0)
     return total
 
 
@@ -127,7 +132,9 @@ class RunningSums:
             if name in triangles:
                 if fold.norm != "l2":
                     raise ValueError(f"'{name}' as triangles needs an l2 fold, got {fold.norm}")
-                part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0])
+                # the pool's own validated copy of the reply, dropped after this fold
+                part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0],
+                                            in_place=True)
                 if name in self.triangle_totals:
                     self.triangle_totals[name] += part
                 else:
