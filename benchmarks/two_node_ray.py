@@ -409,7 +409,8 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
     b1, b2, b3 = 8 * tri, 8 * m, 8 * (k * d + k)
     ids = 8  # the client id every reply echoes per row (int64)
     r1, r2, r3 = n * (b1 + ids), n * (b2 + ids), n * (b3 + ids)
-    message_mb, window = cfg.federation.message_mb, cfg.federation.messages_in_flight
+    message_mb, inflight_mb = cfg.federation.message_mb, cfg.federation.inflight_mb
+    window = max(1, int(inflight_mb // message_mb))  # full-size messages in flight
     per_msg = int(message_mb * 2 ** 20 // b1)
     clients_per_node = 1000
     supernodes = n // clients_per_node
@@ -534,7 +535,7 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
                 "CPUs = CPU-s / target": f"{total_cpu:,.0f} / {target} = {cpus}",
                 "Ray nodes": f"max({math.ceil(cpus / cpu_node)}, {ram_nodes}) = "
                              f"{nodes_needed}",
-                "messages-in-flight >= CPUs": cpus,
+                "inflight-mb >= CPUs x message-mb": f"{cpus * message_mb:g}",
                 "replies in flight": f"{cpus} x {message_mb:g} MiB = "
                                      f"{cpus * message_mb / 1024:.1f} GiB",
             })
@@ -545,8 +546,9 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
             f"Memory, not CPU, sets the node count down to a ~10 min target: the {ram_nodes} "
             f"nodes that hold the data have {all_cpus} CPUs, which do the client work in "
             f"{total_cpu:,.0f} / {all_cpus} = {total_cpu / all_cpus:,.0f} s if "
-            f"`federation.messages-in-flight` >= {all_cpus} (it caps the actors that work at "
-            f"once; with the default {window} only {window} CPUs are ever busy). With the "
+            f"`federation.inflight-mb` >= {all_cpus} x {message_mb:g} (it caps the messages, "
+            f"so the actors, at work at once; the default {inflight_mb:g} MiB keeps {window} "
+            f"full-size messages, so {window} CPUs, busy). With the "
             f"serial floor of step 1 ({floor:,.0f} s) and the message handling "
             f"({msg_time:,.0f} s) overlapping that work fully or not at all, the run takes "
             f"between {max(total_cpu / all_cpus, floor, msg_time) / 60:.0f} and "
@@ -564,8 +566,8 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
         "client's row clipped and added to running sums as it arrives, then dropped). The "
         "state is the running sums, "
         f"({tri:,} + {m} + {k}·{d} + {k}) x 8 B = {running:,} B, plus at most "
-        f"`messages-in-flight` x `message-mb` of replies (default {window} x {message_mb:g} "
-        f"MiB = {window * message_mb:g} MiB; with 64 actors and a window of 64, 2 GiB), "
+        f"`inflight-mb` of replies (default {inflight_mb:g} MiB; to keep 64 actors busy "
+        f"with {message_mb:g} MiB messages, {64 * message_mb / 1024:g} GiB), "
         f"whatever N is. Without the fold the server would hold 10^7 x {b1:,} B = "
         f"{n * b1 / 1e9:,.0f} GB of step-1 rows.",
         "",

@@ -223,9 +223,11 @@ class FederationConfig:
     message_mb : float
         Largest reply (MiB) the server asks a node for: a node's clients are asked in
         batches of at most this many bytes of statistics per message.
-    messages_in_flight : int
-        Messages outstanding at a time in a round; with ``message_mb`` it bounds what
-        the SuperLink and the server hold (replies are folded as they arrive).
+    inflight_mb : float
+        Replies (MiB, by their expected size) outstanding at a time in a round: the
+        server pushes messages while their replies fit in this budget (at least one),
+        so the SuperLink and the server never hold more (replies are folded as they
+        arrive).
     """
 
     engine: str = "inprocess"
@@ -235,7 +237,7 @@ class FederationConfig:
     num_cpus: int = 2
     client_cpus: float = 1.0
     message_mb: float = 32.0
-    messages_in_flight: int = 8
+    inflight_mb: float = 256.0
 
 
 @dataclass(frozen=True)
@@ -590,8 +592,8 @@ def validate(config: ExperimentConfig) -> None:
     _check(_positive(f.client_cpus), "federation.client-cpus", "a float > 0", f.client_cpus)
     _check(_positive(f.message_mb), "federation.message-mb", "a finite float > 0 (MiB)",
            f.message_mb)
-    _check(f.messages_in_flight >= 1, "federation.messages-in-flight", "an integer >= 1",
-           f.messages_in_flight)
+    _check(_positive(f.inflight_mb), "federation.inflight-mb", "a finite float > 0 (MiB)",
+           f.inflight_mb)
 
 
 def _check_holdout(data: DataConfig) -> None:

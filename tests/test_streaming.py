@@ -28,7 +28,7 @@ THOUSAND = {
     "data.server-uniform-points": 20, "privacy.max-points-per-client": 20,
     "privacy.lloyds-steps": 2, "federation.engine": "inprocess",
     "federation.num-nodes": 10, "federation.message-mb": 40 * 8 * 55 / 2**20,
-    "federation.messages-in-flight": 3, "privacy.reproducible-noise": True,
+    "federation.inflight-mb": 3 * 40 * 8 * 55 / 2**20, "privacy.reproducible-noise": True,
 }
 
 
@@ -102,7 +102,7 @@ class _CountingGrid(InProcessGrid):
 
 def _server_peak(clients: int, dim: int = 40, num_nodes: int = 4) -> tuple[int, _CountingGrid]:
     """Peak bytes traced while the pool folds one covariance round of ``clients``."""
-    federation = FederationConfig(num_nodes=num_nodes, message_mb=0.25, messages_in_flight=2)
+    federation = FederationConfig(num_nodes=num_nodes, message_mb=0.25, inflight_mb=0.5)
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     run_id = next(inprocess._RUN_IDS)
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
@@ -155,3 +155,38 @@ def test_a_curious_server_still_sees_every_client_s_row(small_config):
     node = NodeData.load(config, 0, 1)
     expected = node.covariance(list(range(12)))["covariance"]
     np.testing.assert_allclose(seen.stats["covariance"], expected, rtol=1e-12)
+
+
+class _ReversedGrid(InProcessGrid):
+    """Answers the newest outstanding message first, one per pull (out of order)."""
+
+    def pull_messages(self, message_ids):
+        ids = [mid for mid in message_ids if mid in self._pending]
+        return super().pull_messages(ids[-1:])
+
+    def send_and_receive(self, messages, *, timeout=None):  # registration: all at once
+        return InProcessGrid.pull_messages(self, self.push_messages(messages))
+
+
+def _run_on(grid_class, flat, num_nodes=4):
+    from fedkmeans import client_app
+    from fedkmeans.config import parse_config
+    from fedkmeans.runner import run_server
+
+    run_id = next(inprocess._RUN_IDS)
+    nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+    grid = grid_class(client_app.app, flat, nodes, run_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    return run_server(grid, parse_config(flat))
+
+
+def test_the_order_of_arrival_does_not_change_a_bit(small_config, tmp_path):
+    """Replies are folded in the order sent, so arrival order cannot change the sums."""
+    flat = {**small_config, "privacy.reproducible-noise": True, "privacy.epsilon": "inf",
+            "privacy.lloyds-steps": 1, "federation.num-nodes": 4,
+            "federation.message-mb": 2 * 8 * 64 / 2**20,
+            "federation.inflight-mb": 6 * 8 * 64 / 2**20}
+    in_order = _run_on(InProcessGrid, {**flat, "output-dir": str(tmp_path / "a")})
+    reversed_ = _run_on(_ReversedGrid, {**flat, "output-dir": str(tmp_path / "b")})
+    np.testing.assert_array_equal(np.asarray(in_order["centers"]),
+                                  np.asarray(reversed_["centers"]))

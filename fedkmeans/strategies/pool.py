@@ -3,7 +3,7 @@
 :class:`ClientPool` is the only place that talks to the Flower :class:`Grid`. It
 asks each node that hosts a requested client for their statistics, in messages of
 bounded size with a bounded number in flight (``federation.message-mb``,
-``federation.messages-in-flight``), and handles each reply as it arrives: validated,
+``federation.inflight-mb``), and handles each reply as it arrives: validated,
 then either folded into running clipped sums (streaming aggregation, the protocol
 rounds: memory independent of the number of clients) or stacked in client-id order
 (k-FED, audits). Replies that are errors, have the wrong shape, or contain NaN or
@@ -192,9 +192,9 @@ class ClientPool:
         Notes
         -----
         Each node's clients are asked in messages of at most
-        ``federation.message-mb`` of reply, and at most ``federation.messages-in-flight``
-        messages are outstanding at a time, so neither the SuperLink nor this process
-        ever holds more than that window of replies. Observers with an
+        ``federation.message-mb`` of reply, and messages are outstanding only while
+        their replies fit in ``federation.inflight-mb`` (at least one), so neither the
+        SuperLink nor this process ever holds more than that window of replies. Observers with an
         ``on_client_rows(round, client_ids, rows)`` hook see every accepted message's
         rows before they are dropped (a curious server keeps them at its own cost).
         """
@@ -225,7 +225,9 @@ class ClientPool:
             for nid, ids in requested.items() for start in range(0, ids.size, batch)
         ]
         hooks = [h for h in (getattr(o, "on_client_rows", None) for o in self.observers) if h]
-        for nid, ids, got in self._stream(batches, stage, round_name, arrays, config):
+        row_bytes = _row_bytes(expected)
+        for nid, ids, got in self._stream(batches, stage, round_name, arrays, config,
+                                          row_bytes):
             # a folding sink takes symmetric statistics as upper triangles (no (m, d, d))
             ids, rows, triangles = self._validate(nid, round_name, got, ids, expected,
                                                   keep_triangles=fold is not None)
@@ -259,6 +261,7 @@ class ClientPool:
         round_name: str,
         arrays: Mapping[str, np.ndarray],
         config: Mapping | None,
+        row_bytes: int,
     ) -> Iterator[tuple[int, np.ndarray, dict]]:
         """Send ``batches`` (node, client ids) in a bounded window; yield the replies.
 
@@ -270,22 +273,33 @@ class ClientPool:
         yielded).
         """
         deadline = time.monotonic() + self.federation.round_timeout
-        window = self.federation.messages_in_flight
+        budget = self.federation.inflight_mb * 2**20
+        size = [ids.size * row_bytes for _, ids in batches]  # expected reply bytes
         in_flight: dict[str, int] = {}  # message id -> position in batches
         arrived: dict[int, dict | None] = {}  # position -> reply arrays (None: error)
         pushed = done = 0
         while done < len(batches) and time.monotonic() < deadline:
-            room = window - len(in_flight) - len(arrived)
-            if room > 0 and pushed < len(batches):
-                chunk = range(pushed, min(len(batches), pushed + room))
+            held = sum(size[i] for i in in_flight.values()) + sum(size[i] for i in arrived)
+            stop = pushed
+            while stop < len(batches) and (held + size[stop] <= budget or held == 0):
+                held += size[stop]
+                stop += 1
+            if stop > pushed:
+                chunk = range(pushed, stop)
                 messages = [
                     Message(pack({"client_ids": batches[i][1], **arrays}, config),
                             dst_node_id=batches[i][0], message_type=f"query.{stage}",
                             group_id=stage)
                     for i in chunk
                 ]
-                for msg_id, i in zip(self.grid.push_messages(messages), chunk, strict=True):
-                    in_flight[str(msg_id)] = i
+                msg_ids = list(self.grid.push_messages(messages))
+                msg_ids += [None] * (len(chunk) - len(msg_ids))  # Flower: [] if too large
+                for msg_id, i in zip(msg_ids, chunk, strict=True):
+                    if msg_id:
+                        in_flight[str(msg_id)] = i
+                    else:  # the SuperLink did not take it (e.g. payload too large)
+                        self._reject(batches[i][0], round_name, "message could not be pushed")
+                        arrived[i] = None
                 pushed = chunk.stop
                 del messages
             replies = list(self.grid.pull_messages(list(in_flight)))
