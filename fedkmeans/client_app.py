@@ -48,6 +48,12 @@ def node_data(context: Context) -> NodeData:
     return _NODES[key]
 
 
+def forget_nodes() -> None:
+    """Drop the loaded nodes of this process (the in-process engine, after its run)."""
+    _NODES.clear()
+    _RUN_KEY.clear()
+
+
 def _reply(msg: Message, clients, stats: dict) -> Message:
     return Message(pack({"client_ids": clients, **stats}), reply_to=msg)
 

@@ -152,10 +152,14 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
     nodes = num_nodes(config)
     if config.federation.engine == "inprocess":
         from fedkmeans.client_app import app as client_app
+        from fedkmeans.client_app import forget_nodes
         from fedkmeans.engines.inprocess import run_inprocess
         from fedkmeans.server_app import app as server_app
 
-        run_inprocess(server_app, client_app, flat, nodes)
+        try:
+            run_inprocess(server_app, client_app, flat, nodes)
+        finally:
+            forget_nodes()  # every node's clients live in this process: free them
         result_path = Path(flat["output-dir"]) / "result.json"
     else:
         from fedkmeans.engines.flower import run_flower
