@@ -8,11 +8,17 @@ The label-based scores (:func:`hungarian_accuracy`,
 :func:`adjusted_rand_index`, :func:`normalized_mutual_info`) take a
 contingency table, so a federated evaluation can have each client compute
 :func:`contingency` locally and sum the tables before scoring.
+
+Distances come from the package's one kernel, :mod:`fedkmeans.clustering.distances`,
+and scikit-learn computes the mutual information. Both (and ``scipy.stats``) are
+imported inside the functions that use them: importing :mod:`fedkmeans.clustering`
+or :mod:`sklearn.metrics` loads scikit-learn, which a process that only needs the
+other scores (the vertical app) does not otherwise pay for.
 """
 
 from __future__ import annotations
 
-from math import log
+from math import isqrt
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -30,6 +36,10 @@ __all__ = [
 
 #: Upper bound on the number of entries of one chunk of the distance matrix.
 _CHUNK_ENTRIES = 1 << 22
+
+#: Most points a table may count for :func:`normalized_mutual_info`: scikit-learn's
+#: ``mutual_info_score`` multiplies row and column totals in int64.
+_NMI_MAX_POINTS = isqrt(np.iinfo(np.int64).max)
 
 #: ``spawn_key`` of the seed path that derives scikit-learn's ``random_state``.
 _OPTIMAL_COST_KEY = 100
@@ -57,11 +67,18 @@ def _check_pair(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndar
     return x, centers
 
 
+def _row_blocks(x: np.ndarray, centers: np.ndarray):
+    """Row slices of ``x`` whose distance matrix has at most ``_CHUNK_ENTRIES`` entries."""
+    step = max(1, _CHUNK_ENTRIES // max(centers.shape[0], x.shape[1]))
+    for start in range(0, x.shape[0], step):
+        yield slice(start, start + step)
+
+
 def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Squared Euclidean distances between points and centers.
 
-    Uses ``|x|^2 - 2 x.c + |c|^2`` in row chunks and clips negative round-off
-    to zero.
+    :func:`fedkmeans.clustering.distances.squared_distances` in row chunks:
+    ``|x|^2 + (|c|^2 - 2 x.c)``, negative round-off clipped to zero.
 
     Parameters
     ----------
@@ -75,22 +92,20 @@ def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     numpy.ndarray of float64, shape (n, k)
         ``out[i, j] = ||x[i] - centers[j]||^2 >= 0``.
     """
+    from fedkmeans.clustering.distances import squared_distances as kernel
+
     x, centers = _check_pair(x, centers)
-    n, k = x.shape[0], centers.shape[0]
-    out = np.empty((n, k), dtype=np.float64)
-    c_sq = np.einsum("ij,ij->i", centers, centers)
-    step = max(1, _CHUNK_ENTRIES // max(k, x.shape[1]))
-    for start in range(0, n, step):
-        block = x[start : start + step]
-        d2 = np.einsum("ij,ij->i", block, block)[:, None] - 2.0 * (block @ centers.T)
-        d2 += c_sq[None, :]
-        np.maximum(d2, 0.0, out=d2)
-        out[start : start + step] = d2
+    out = np.empty((x.shape[0], centers.shape[0]), dtype=np.float64)
+    for rows in _row_blocks(x, centers):
+        out[rows] = kernel(x[rows], centers)
     return out
 
 
 def assign(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Index of the nearest center of each point (ties: lowest index).
+
+    :func:`fedkmeans.clustering.client_stats.nearest_center` (what the clients
+    compute) in row chunks, on validated float64 inputs.
 
     Parameters
     ----------
@@ -104,7 +119,13 @@ def assign(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     numpy.ndarray of int64, shape (n,)
         Nearest-center indices in ``[0, k)``.
     """
-    return np.argmin(squared_distances(x, centers), axis=1).astype(np.int64)
+    from fedkmeans.clustering.client_stats import nearest_center
+
+    x, centers = _check_pair(x, centers)
+    out = np.empty(x.shape[0], dtype=np.int64)
+    for rows in _row_blocks(x, centers):
+        out[rows] = nearest_center(x[rows], centers)
+    return out
 
 
 def kmeans_cost(x: np.ndarray, centers: np.ndarray) -> float:
@@ -265,44 +286,50 @@ def adjusted_rand_index(table: np.ndarray) -> float:
     return float((together_both - expected) / (maximum - expected))
 
 
-def _entropy(counts: np.ndarray, total: float) -> float:
-    """Shannon entropy (nats) of a count vector."""
-    p = counts[counts > 0] / total
-    return float(-(p * np.log(p)).sum())
-
-
 def normalized_mutual_info(table: np.ndarray) -> float:
     """Normalized mutual information (arithmetic mean) from a contingency table.
+
+    ``sklearn.metrics.mutual_info_score`` on the table, divided by the mean of the
+    entropies of its margins (``scipy.stats.entropy``): the value of
+    ``sklearn.metrics.normalized_mutual_info_score`` (default
+    ``average_method="arithmetic"``) on the underlying labelings, with its
+    conventions: ``1.0`` when both sides have a single non-empty group (or none),
+    ``0.0`` when the mutual information is zero. That function takes the labelings
+    themselves, which a federated evaluation never holds (only the summed table);
+    empty rows and columns (a label or cluster no point has) are dropped, as they
+    are absent from any labeling.
 
     Parameters
     ----------
     table : array_like of int, shape (n_labels, n_clusters)
-        Contingency table (e.g. summed over clients).
+        Contingency table (e.g. summed over clients); integer counts, possibly
+        stored as floats, at most ``isqrt(2**63 - 1)`` (about 3.0e9) in total
+        (scikit-learn multiplies row and column totals in int64).
 
     Returns
     -------
     float
-        ``MI / ((H(labels) + H(clusters)) / 2)``, matching
-        ``sklearn.metrics.normalized_mutual_info_score`` with its default
-        ``average_method="arithmetic"``: ``1.0`` when both sides have a
-        single non-empty group, ``0.0`` when the mutual information is zero.
+        ``MI / ((H(labels) + H(clusters)) / 2)`` in ``[0, 1]``.
     """
-    arr = _as_table(table).astype(np.float64)
-    row = arr.sum(axis=1)
-    col = arr.sum(axis=0)
-    n_rows, n_cols = int(np.count_nonzero(row)), int(np.count_nonzero(col))
-    if n_rows == n_cols and n_rows <= 1:
+    from scipy.stats import entropy
+    from sklearn.metrics import mutual_info_score
+
+    arr = _as_table(table)
+    if arr.size and not np.array_equal(arr, np.floor(arr)):
+        raise ValueError("table must contain integer counts")
+    if float(arr.sum()) > _NMI_MAX_POINTS:
+        raise ValueError(
+            f"table must count at most {_NMI_MAX_POINTS} points (int64 products of its "
+            f"totals in scikit-learn), got {float(arr.sum()):.0f}"
+        )
+    arr = arr.astype(np.int64)
+    arr = arr[arr.sum(axis=1) > 0][:, arr.sum(axis=0) > 0]
+    if arr.shape[0] == arr.shape[1] and arr.shape[0] <= 1:
         return 1.0
-    total = float(arr.sum())
-    r_idx, c_idx = np.nonzero(arr)
-    nz = arr[r_idx, c_idx]
-    terms = nz / total * (np.log(nz) + log(total) - np.log(row[r_idx]) - np.log(col[c_idx]))
-    terms = np.where(np.abs(terms) < np.finfo(np.float64).eps, 0.0, terms)
-    mi = max(float(terms.sum()), 0.0)
+    mi = mutual_info_score(None, None, contingency=arr)
     if mi == 0.0:
         return 0.0
-    normalizer = (_entropy(row, total) + _entropy(col, total)) / 2.0
-    return float(mi / normalizer)
+    return float(mi / ((entropy(arr.sum(axis=1)) + entropy(arr.sum(axis=0))) / 2.0))
 
 
 def _sklearn_random_state(seed: int) -> int:

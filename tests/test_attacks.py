@@ -15,6 +15,7 @@ import pytest
 from conftest import SMALL
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sklearn_roc_curve
 
 from fedkmeans.attacks.differencing import difference_attack
 from fedkmeans.attacks.game import chance_abs_cosine
@@ -32,6 +33,7 @@ from fedkmeans.attacks.scoring import (
     membership_summary,
     relative_error,
     roc_auc,
+    roc_curve,
     tpr_at_fpr,
 )
 from fedkmeans.clustering.client_stats import cluster_sums_counts
@@ -59,6 +61,55 @@ def test_auc_matches_sklearn_with_ties():
     expected = roc_auc_score(np.r_[np.ones(300), np.zeros(400)], np.r_[s_in, s_out])
     assert roc_auc(s_in, s_out) == pytest.approx(expected, abs=1e-12)
     assert roc_auc([1, 1], [1, 1]) == 0.5
+
+
+def _score_cases():
+    """(scores_in, scores_out): random with ties, and the degenerate cases."""
+    rng = generator(0, "test", "roc-cases")
+    cases = [
+        ([1.0, 1.0], [1.0, 1.0]),                 # all scores equal
+        ([3.0], [-2.0]),                          # one of each, separated
+        ([-2.0], [3.0]),                          # one of each, reversed
+        ([0.5] * 5, [0.5, 0.1, 0.9]),             # every IN score tied with an OUT one
+        ([3.0, 2.0, 1.0], [3.0, 2.0, 1.0]),       # collinear operating points
+        (np.arange(10.0), np.arange(10.0) + 10),  # perfectly reversed
+        (np.arange(10.0) + 10, np.arange(10.0)),  # perfectly separated
+    ]
+    for n_in, n_out, decimals in ((300, 400, 1), (50, 7, 0), (1, 200, 2), (200, 1, 2)):
+        cases.append((np.round(rng.normal(0.5, 1, n_in), decimals),
+                      np.round(rng.normal(0.0, 1, n_out), decimals)))
+    return cases
+
+
+@pytest.mark.parametrize(("s_in", "s_out"), _score_cases())
+def test_roc_auc_and_curve_equal_sklearn(s_in, s_out):
+    y = np.r_[np.ones(len(s_in)), np.zeros(len(s_out))]
+    scores = np.r_[s_in, s_out]
+    assert roc_auc(s_in, s_out) == pytest.approx(roc_auc_score(y, scores), abs=1e-12)
+    fpr, tpr = roc_curve(s_in, s_out)
+    expected_fpr, expected_tpr, _ = sklearn_roc_curve(y, scores, drop_intermediate=False)
+    np.testing.assert_array_equal(fpr, expected_fpr)
+    np.testing.assert_array_equal(tpr, expected_tpr)
+
+
+@pytest.mark.parametrize(("s_in", "s_out"), _score_cases())
+def test_tpr_at_fpr_equals_every_threshold_by_brute_force(s_in, s_out):
+    s_in, s_out = np.asarray(s_in), np.asarray(s_out)
+    thresholds = np.r_[-np.inf, s_in, s_out]  # "score > t"; t = max gives (0, 0)
+    rates = [(np.mean(s_out > t), np.mean(s_in > t)) for t in thresholds]
+    for target in (0.0, 0.001, 0.01, 0.1, 0.5, 0.7, 1.0):
+        expected = max(t for f, t in rates if f <= target)
+        assert tpr_at_fpr(s_in, s_out, target) == expected
+
+
+def test_roc_accepts_infinite_scores():
+    # scikit-learn refuses them; the ROC only depends on the order of the scores.
+    s_in, s_out = [np.inf, 1.0, 1.0], [-np.inf, 1.0, 0.0]
+    expected = roc_auc_score([1, 1, 1, 0, 0, 0], [9.0, 1.0, 1.0, -9.0, 1.0, 0.0])
+    assert roc_auc(s_in, s_out) == pytest.approx(expected, abs=1e-12)
+    assert tpr_at_fpr(s_in, s_out, 0.0) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="NaN"):
+        roc_auc([np.nan], [1.0])
 
 
 def test_tpr_at_fpr_by_hand():

@@ -14,6 +14,7 @@ from fedkmeans.clustering import (
     weighted_kmeans,
 )
 from fedkmeans.clustering.client_stats import nearest_center
+from fedkmeans.clustering.distances import center_scores, squared_distances
 
 POINTS = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [11.0, 1.0]])
 
@@ -24,6 +25,29 @@ def test_nearest_center_and_sums_counts_by_hand():
     sums, counts = cluster_sums_counts(POINTS, centers)
     np.testing.assert_array_equal(sums, [[1.0, 0.0], [21.0, 1.0], [0.0, 0.0]])
     np.testing.assert_array_equal(counts, [2.0, 2.0, 0.0])
+
+
+def test_the_distance_kernel():
+    rng = np.random.default_rng(0)
+    points, centers = rng.normal(size=(60, 7)) * 3.0, rng.normal(size=(5, 7))
+    # The clients' scores, bit for bit (the nodes' assignments rest on them).
+    np.testing.assert_array_equal(
+        center_scores(points, centers),
+        points @ (-2.0 * centers.T) + (centers * centers).sum(axis=1),
+    )
+    by_differences = ((points[:, None, :] - centers[None]) ** 2).sum(axis=-1)
+    np.testing.assert_allclose(squared_distances(points, centers), by_differences, atol=1e-12)
+    np.testing.assert_array_equal(
+        nearest_center(points, centers), np.argmin(by_differences, axis=1)
+    )
+    # A point on a center: round-off clipped at zero, never negative.
+    far = points * 1e4 + 1e6
+    assert squared_distances(far, far[:3]).min() >= 0.0
+    # One set of centers per point (the membership cost scores): same as row by row.
+    per_point = rng.normal(size=(60, 5, 7))
+    batched = squared_distances(points[:, None, :], per_point)[:, 0]
+    rows = np.stack([squared_distances(points[i:i + 1], per_point[i])[0] for i in range(60)])
+    np.testing.assert_allclose(batched, rows, rtol=1e-12, atol=1e-12)
 
 
 def test_sums_counts_assign_in_projected_space_but_sum_in_original_space():

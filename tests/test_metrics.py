@@ -62,6 +62,18 @@ def test_squared_distances_chunked_matches_direct(monkeypatch: pytest.MonkeyPatc
     assert np.allclose(metrics.squared_distances(x, c), direct, atol=1e-12)
 
 
+def test_assign_is_the_clients_nearest_center(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedkmeans import metrics
+    from fedkmeans.clustering.client_stats import nearest_center
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(257, 5)) * 100.0
+    c = np.vstack([x[:6], x[:2]])  # points on centers, duplicate centers: ties
+    monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 24)  # 3-row chunks
+    np.testing.assert_array_equal(assign(x, c), nearest_center(x, c))
+    assert assign(x, c)[:2].tolist() == [0, 1]  # ties go to the lowest index
+
+
 def test_distance_validation() -> None:
     with pytest.raises(ValueError, match="x must be a 2-D"):
         squared_distances(np.zeros(3), C2)
@@ -143,7 +155,7 @@ def test_ari_nmi_match_sklearn(trial: int) -> None:
         adjusted_rand_score(labels, clusters), abs=1e-10
     )
     assert normalized_mutual_info(table) == pytest.approx(
-        normalized_mutual_info_score(labels, clusters), abs=1e-10
+        normalized_mutual_info_score(labels, clusters), abs=1e-12
     )
 
 
@@ -156,14 +168,17 @@ def test_ari_nmi_match_sklearn(trial: int) -> None:
         ([0, 1, 2, 3], [0, 1, 2, 3]),  # all singletons
         ([0, 0, 1, 1], [0, 1, 0, 1]),  # independent
         ([3], [0]),  # a single point
+        ([0, 1, 2, 3], [0, 0, 0, 0]),  # one cluster, several labels
+        ([0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1]),  # ties in the margins
+        ([], []),  # no point
     ],
 )
 def test_ari_nmi_degenerate_cases(labels: list[int], clusters: list[int]) -> None:
     lab, clu = np.array(labels), np.array(clusters)
-    _, table = contingency(lab, clu, int(clu.max()) + 1)
+    _, table = contingency(lab, clu, int(clu.max()) + 1 if clu.size else 1)
     assert adjusted_rand_index(table) == pytest.approx(adjusted_rand_score(lab, clu), abs=1e-10)
     assert normalized_mutual_info(table) == pytest.approx(
-        normalized_mutual_info_score(lab, clu), abs=1e-10
+        normalized_mutual_info_score(lab, clu), abs=1e-12
     )
 
 
@@ -176,8 +191,28 @@ def test_scores_ignore_empty_rows_and_columns() -> None:
         adjusted_rand_score(labels, clusters), abs=1e-10
     )
     assert normalized_mutual_info(table) == pytest.approx(
-        normalized_mutual_info_score(labels, clusters), abs=1e-10
+        normalized_mutual_info_score(labels, clusters), abs=1e-12
     )
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_nmi_of_float_tables_from_nodes_equals_sklearn(trial: int) -> None:
+    # The nodes send their tables as float64 counts (fedkmeans/node.py, evaluate).
+    rng = np.random.default_rng(100 + trial)
+    labels = rng.integers(0, 5, size=1000)
+    clusters = np.where(rng.random(1000) < 0.6, labels, rng.integers(0, 6, size=1000))
+    _, table = contingency(labels, clusters, 6, label_values=np.arange(7))
+    assert normalized_mutual_info(table.astype(np.float64)) == pytest.approx(
+        normalized_mutual_info_score(labels, clusters), abs=1e-12
+    )
+
+
+def test_nmi_refuses_what_sklearn_would_get_wrong() -> None:
+    with pytest.raises(ValueError, match="integer counts"):
+        normalized_mutual_info(np.array([[1.5, 0.0], [0.0, 2.0]]))
+    # Row total x column total would overflow int64 in sklearn's mutual_info_score.
+    with pytest.raises(ValueError, match="at most"):
+        normalized_mutual_info(np.array([[2e9, 1e9], [1e9, 2e9]]))
 
 
 def test_summed_client_tables_equal_pooled_scores() -> None:
@@ -189,6 +224,9 @@ def test_summed_client_tables_equal_pooled_scores() -> None:
     total = sum(contingency(labels[p], clusters[p], 4, label_values=values)[1] for p in parts)
     assert adjusted_rand_index(total) == pytest.approx(
         adjusted_rand_score(labels, clusters), abs=1e-10
+    )
+    assert normalized_mutual_info(total) == pytest.approx(
+        normalized_mutual_info_score(labels, clusters), abs=1e-12
     )
     assert hungarian_accuracy(total) == pytest.approx(np.mean(labels == clusters))
 

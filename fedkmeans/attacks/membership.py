@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedkmeans.clustering.client_stats import upper_triangle
+from fedkmeans.clustering.distances import squared_distances
 
 __all__ = ["gaussian_llr", "laplace_llr", "release_llr", "cost_scores", "lira_scores"]
 
@@ -139,15 +140,6 @@ def release_llr(
     raise ValueError(f"mechanism must be one of ('gaussian', 'laplace'), got {mechanism!r}")
 
 
-def _nearest_sq_distance(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    d2 = (
-        (points * points).sum(axis=-1)[..., None]
-        - 2.0 * points @ np.swapaxes(centers, -1, -2)
-        + (centers * centers).sum(axis=-1)[..., None, :]
-    )
-    return np.maximum(d2.min(axis=-1), 0.0)
-
-
 def cost_scores(
     points: np.ndarray, centers: np.ndarray, reference_centers: np.ndarray | None = None
 ) -> np.ndarray:
@@ -174,9 +166,9 @@ def cost_scores(
     def dist(c: np.ndarray, name: str) -> np.ndarray:
         c = np.asarray(c, dtype=np.float64)
         if c.ndim == 2 and c.shape[1] == x.shape[1]:
-            return _nearest_sq_distance(x, c)
+            return squared_distances(x, c).min(axis=-1)
         if c.ndim == 3 and c.shape[0] == x.shape[0] and c.shape[2] == x.shape[1]:
-            return _nearest_sq_distance(x[:, None, :], c)[:, 0]
+            return squared_distances(x[:, None, :], c).min(axis=-1)[:, 0]
         raise ValueError(
             f"{name} must have shape (k, {x.shape[1]}) or ({x.shape[0]}, k, {x.shape[1]}), "
             f"got {c.shape}"

@@ -1,7 +1,7 @@
 """Success metrics shared by the attacks: similarity of reconstructions, ROC of tests.
 
-Pure NumPy/SciPy. Every function validates its inputs and raises :class:`ValueError`
-naming the argument.
+NumPy, and scikit-learn for the ROC and its area. Every function validates its inputs
+and raises :class:`ValueError` naming the argument.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sklearn_roc_curve
 
 __all__ = [
     "cosine_similarity",
@@ -75,10 +76,24 @@ def _scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, 
     return s_in, s_out
 
 
-def roc_auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
-    """Area under the ROC curve of "score high = member" (Mann-Whitney U).
+def _labelled(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``y_true`` (1 = IN) and ``y_score`` for scikit-learn, after validation.
 
-    Ties count one half, so a test that cannot tell the worlds apart scores 0.5.
+    The scores are replaced by their dense ranks: a ROC depends only on the order of
+    the scores and their ties, and scikit-learn refuses infinite scores, which these
+    functions accept (only NaN is refused).
+    """
+    s_in, s_out = _scores(scores_in, scores_out)
+    y_true = np.concatenate([np.ones(s_in.size, np.int64), np.zeros(s_out.size, np.int64)])
+    _, ranks = np.unique(np.concatenate([s_in, s_out]), return_inverse=True)
+    return y_true, ranks
+
+
+def roc_auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
+    """Area under the ROC curve of "score high = member": ``sklearn.metrics.roc_auc_score``.
+
+    Equal to the Mann-Whitney U statistic over ``n_in * n_out``: ties count one half,
+    so a test that cannot tell the worlds apart scores 0.5.
 
     Parameters
     ----------
@@ -92,33 +107,31 @@ def roc_auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
     float
         In [0, 1]; 0.5 is chance.
     """
-    s_in, s_out = _scores(scores_in, scores_out)
-    ranks = rankdata(np.concatenate([s_in, s_out]))
-    n_in, n_out = s_in.size, s_out.size
-    u = ranks[:n_in].sum() - n_in * (n_in + 1) / 2.0
-    return float(u / (n_in * n_out))
+    return float(roc_auc_score(*_labelled(scores_in, scores_out)))
 
 
 def roc_curve(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Empirical ROC of the tests "score > t" over every threshold t.
 
+    ``sklearn.metrics.roc_curve`` with ``drop_intermediate=False``: the tests
+    "score >= s" for every distinct score s, after (0, 0). Every operating point is
+    kept, so that :func:`tpr_at_fpr` sees them all (scikit-learn's default drops the
+    collinear ones, which can be the best below a target FPR).
+
     Returns
     -------
     fpr, tpr : ndarray
-        Increasing false and true positive rates, from (0, 0) to (1, 1).
+        Non-decreasing false and true positive rates, from (0, 0) to (1, 1).
     """
-    s_in, s_out = _scores(scores_in, scores_out)
-    thresholds = np.unique(np.concatenate([s_in, s_out]))[::-1]
-    s_in_sorted, s_out_sorted = np.sort(s_in), np.sort(s_out)
-    tp = s_in.size - np.searchsorted(s_in_sorted, thresholds, side="right")
-    fp = s_out.size - np.searchsorted(s_out_sorted, thresholds, side="right")
-    fpr = np.concatenate([[0.0], fp / s_out.size, [1.0]])
-    tpr = np.concatenate([[0.0], tp / s_in.size, [1.0]])
+    fpr, tpr, _ = sklearn_roc_curve(*_labelled(scores_in, scores_out), drop_intermediate=False)
     return fpr, tpr
 
 
 def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, fpr: float) -> float:
     """Largest TPR of a test "score > t" whose empirical FPR is at most ``fpr``.
+
+    Read off :func:`roc_curve`: scikit-learn has no TPR at a fixed FPR. No
+    interpolation between operating points: the value is achieved by one threshold.
 
     Parameters
     ----------

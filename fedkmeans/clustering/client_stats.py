@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans
 
+from fedkmeans.clustering.distances import center_scores
+
 
 def nearest_center(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Index of the nearest center for each point (ties go to the lowest index).
@@ -23,12 +25,8 @@ def nearest_center(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n,), dtype int64
     """
-    # ||p - c||^2 = ||p||^2 - 2 p.c + ||c||^2; ||p||^2 is constant per row. Scaling by
-    # -2 before the product is exact (a power of two), and the one in-place addition
-    # rounds as ||c||^2 - 2 p.c would: the same scores, one (n, k) pass fewer.
-    scores = points @ (-2.0 * centers.T)
-    scores += (centers * centers).sum(axis=1)
-    return np.argmin(scores, axis=1).astype(np.int64)
+    # ||p - c||^2 = ||p||^2 + (||c||^2 - 2 p.c); ||p||^2 is constant per row.
+    return np.argmin(center_scores(points, centers), axis=1).astype(np.int64)
 
 
 def outer_product_sum(points: np.ndarray) -> np.ndarray:

@@ -39,6 +39,12 @@ INITS = ("samples", "random")
 def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Exact squared Euclidean distances (by differences, no expansion round-off).
 
+    Not the package's kernel (:mod:`fedkmeans.clustering.distances`, which expands
+    ``||x||^2 - 2 x.c + ||c||^2``): these values are what a party reports, so the
+    defences discretise them and the attacks invert them, and the expansion's
+    cancellation error would enter both. A party's slice ``d_h`` is small, so the
+    loop over coordinates is cheap.
+
     Parameters
     ----------
     x : array_like, shape (n, d)
