@@ -53,3 +53,19 @@ def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
     grid = InProcessGrid(app or client_app.app, flat, nodes, run_id)
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
     return run_server(grid, parse_config(flat), observers=list(observers))
+
+
+def counting_app(failing_stage=None):
+    """A ClientApp stand-in that counts messages per stage and can fail one stage."""
+    from fedkmeans.client_app import app as client_app
+
+    calls: dict[str, int] = {}
+
+    def app(msg, context):
+        stage = msg.metadata.message_type.split(".")[1]
+        calls[stage] = calls.get(stage, 0) + 1
+        if stage == failing_stage:
+            raise RuntimeError("node lost")
+        return client_app(msg, context)
+
+    return app, calls

@@ -11,6 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import counting_app
 
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import (
@@ -21,7 +22,6 @@ from fedkmeans.checkpoint import (
     CheckpointMismatchError,
     data_fingerprint,
 )
-from fedkmeans.client_app import app as client_app
 from fedkmeans.config import parse_config
 from fedkmeans.data.npz import save_npz
 from fedkmeans.engines.inprocess import run_inprocess
@@ -29,20 +29,6 @@ from fedkmeans.experiment import run_flat
 from fedkmeans.server_app import app as server_app
 
 INIT_STAGES = ("covariance", "histogram", "centers")
-
-
-def _counting(failing_stage=None):
-    """A ClientApp stand-in that counts messages per stage and can fail one stage."""
-    calls: dict[str, int] = {}
-
-    def app(msg, context):
-        stage = msg.metadata.message_type.split(".")[1]
-        calls[stage] = calls.get(stage, 0) + 1
-        if stage == failing_stage:
-            raise RuntimeError("node lost")
-        return client_app(msg, context)
-
-    return app, calls
 
 
 def _write_data(path, seed):
@@ -66,7 +52,7 @@ def _npz_config(small_config, tmp_path):
 
 def _partial_checkpoint(flat):
     """Finish init-1..3, then every node fails in Lloyd's step 1: no result.json."""
-    crashing, _ = _counting(failing_stage="lloyds")
+    crashing, _ = counting_app(failing_stage="lloyds")
     with pytest.raises(Exception, match="min-replies"):
         run_inprocess(server_app, crashing, flat, 3)
 
@@ -114,7 +100,7 @@ def test_a_replaced_data_file_is_refused_and_the_original_resumes(small_config, 
 
     path.write_bytes(original)  # the unchanged file: resumes without asking anyone again
     data_access._npz_version.cache_clear()
-    resuming, calls = _counting()
+    resuming, calls = counting_app()
     run_inprocess(server_app, resuming, flat, 3)
     assert not any(stage in calls for stage in INIT_STAGES), calls
     assert calls["lloyds"] == 2 * 3
@@ -127,7 +113,7 @@ def test_a_replaced_data_file_is_refused_and_the_original_resumes(small_config, 
 def test_an_unchanged_data_file_resumes_a_complete_run_without_queries(small_config, tmp_path):
     flat = _npz_config(small_config, tmp_path)
     first = run_flat(flat)
-    rerun, calls = _counting()
+    rerun, calls = counting_app()
     run_inprocess(server_app, rerun, flat, 3)
     assert not any(stage in calls for stage in INIT_STAGES), calls
     again = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -287,7 +273,7 @@ def test_moving_aside_keeps_the_ledger_and_the_rerun_starts_fresh(small_config, 
     assert moved.parent == checkpoint.parent and moved.name.startswith("checkpoint.")
     assert not checkpoint.exists()
 
-    fresh, calls = _counting()
+    fresh, calls = counting_app()
     run_inprocess(server_app, fresh, flat, 3)
     assert all(calls.get(stage) == 3 for stage in INIT_STAGES), calls  # queried again
     new_state = json.loads((checkpoint / STATE_FILE).read_text())

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import counting_app
 
 from fedkmeans import data as data_access
 from fedkmeans.client_app import app as client_app
@@ -225,32 +226,18 @@ def test_server_reclips_a_client_that_skips_clipping(small_config, tmp_path):
     assert math.isfinite(shift) and shift < 50.0
 
 
-def _counting(failing_stage=None):
-    """A ClientApp stand-in that counts messages per stage and can fail one stage."""
-    calls: dict[str, int] = {}
-
-    def app(msg, context):
-        stage = msg.metadata.message_type.split(".")[1]
-        calls[stage] = calls.get(stage, 0) + 1
-        if stage == failing_stage:
-            raise RuntimeError("node lost")
-        return client_app(msg, context)
-
-    return app, calls
-
-
 def test_killed_run_resumes_from_checkpoint_without_spending_budget_twice(small_config, tmp_path):
     flat = {**small_config, "privacy.lloyds-steps": 2, "privacy.reproducible-noise": True}
     uninterrupted = run_flat({**flat, "output-dir": str(tmp_path / "whole")})
 
-    crashing, _ = _counting(failing_stage="lloyds")
+    crashing, _ = counting_app(failing_stage="lloyds")
     with pytest.raises(Exception, match="min-replies"):
         run_inprocess(server_app, crashing, flat, 3)
     state = json.loads((tmp_path / "out" / "checkpoint" / "state.json").read_text())
     assert state["rounds"] == ["init-1", "init-2", "init-3"]
     assert len(state["ledger"]["releases"]) == 4
 
-    resuming, calls = _counting()
+    resuming, calls = counting_app()
     run_inprocess(server_app, resuming, flat, 3)
     resumed = json.loads((tmp_path / "out" / "result.json").read_text())
     assert "covariance" not in calls and "histogram" not in calls and "centers" not in calls

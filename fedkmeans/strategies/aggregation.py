@@ -15,7 +15,7 @@ client-id order), so results agree to rounding (about 1e-15 relative).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +46,15 @@ class Fold:
     norm: str = "l2"
 
 
+def _chunked_sum(values: np.ndarray, clip: Callable[[np.ndarray], np.ndarray] | None):
+    """Sum of ``clip(chunk)`` over chunks of :data:`CLIP_CHUNK` rows (no clip: plain)."""
+    total = np.zeros(values.shape[1:], dtype=np.float64)
+    for start in range(0, values.shape[0], CLIP_CHUNK):
+        chunk = values[start:start + CLIP_CHUNK]
+        total += (chunk if clip is None else clip(chunk)).sum(axis=0)
+    return total
+
+
 def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     """Sum over clients of each client's clipped row, in row order, chunk by chunk.
 
@@ -60,14 +69,9 @@ def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     -------
     ndarray of shape ``values.shape[1:]``
     """
-    total = np.zeros(values.shape[1:], dtype=np.float64)
-    for start in range(0, values.shape[0], CLIP_CHUNK):
-        chunk = values[start:start + CLIP_CHUNK]
-        if math.isinf(bound):
-            total += chunk.sum(axis=0)
-        else:
-            total += clip_stacked(chunk, bound, norm).sum(axis=0)
-    return total
+    if math.isinf(bound):
+        return _chunked_sum(values, None)
+    return _chunked_sum(values, lambda chunk: clip_stacked(chunk, bound, norm))
 
 
 def clipped_triangle_sum(
@@ -83,14 +87,10 @@ def clipped_triangle_sum(
     ndarray of shape (dim (dim + 1) / 2,)
         The upper triangle of the sum of the clipped matrices.
     """
-    total = np.zeros(triangles.shape[1:], dtype=np.float64)
-    for start in range(0, triangles.shape[0], CLIP_CHUNK):
-        chunk = triangles[start:start + CLIP_CHUNK]
-        if math.isinf(bound):
-            total += chunk.sum(axis=0)
-        else:
-            total += clip_upper_triangles(chunk, bound, dim, copy=not in_place).sum(axis=0)
-    return total
+    if math.isinf(bound):
+        return _chunked_sum(triangles, None)
+    return _chunked_sum(
+        triangles, lambda chunk: clip_upper_triangles(chunk, bound, dim, copy=not in_place))
 
 
 class RunningSums:
