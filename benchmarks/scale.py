@@ -25,6 +25,8 @@ import os
 import tempfile
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -247,9 +249,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
-            lower, floor = (None, None) if args.no_lower_bound else numpy_lower_bound(
-                n, points, dim)
-            for spec in args.engines:
+            lower, floor = None, None
+            if not args.no_lower_bound:  # in a child: the pooled data never stays here
+                with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+                    lower, floor = pool.submit(numpy_lower_bound, n, points, dim).result()
+            # flower first: an in-process run leaves its clients' pages in this process
+            for spec in sorted(args.engines, key=lambda e: not e.startswith("flower")):
                 engine, nodes = spec.split(":")
                 nodes = min(int(nodes), n)
                 overrides = BASE + clip + [
