@@ -21,7 +21,18 @@ from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
-from fedkmeans.wire import TRIANGLE, pack, unpack
+from fedkmeans.wire import (
+    SECAGG_ARRAYS,
+    SECAGG_Q,
+    SECAGG_ROUND,
+    SECAGG_SHARE,
+    SECAGG_STAGE,
+    SECAGG_STATS,
+    SECAGG_STEP,
+    TRIANGLE,
+    pack,
+    unpack,
+)
 
 app = ClientApp()
 
@@ -140,25 +151,23 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     server sets or knows (run config, seed, run id, an earlier run) determines them.
     The reply's metrics are empty: only the masked vector leaves the node.
     """
-    from fedkmeans.strategies import secagg as keys
-
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     settings = fitins.config
     payload = parameters_to_ndarrays(fitins.parameters)
-    names = [n for n in str(settings[keys.KEY_ARRAYS]).split(",") if n]
+    names = [n for n in str(settings[SECAGG_ARRAYS]).split(",") if n]
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
     node = node_data(context)
-    stats = _STATISTICS[str(settings[keys.KEY_STAGE])](node, clients, arrays)
-    wanted = [n for n in str(settings[keys.KEY_STATS]).split(",") if n]
+    stats = _STATISTICS[str(settings[SECAGG_STAGE])](node, clients, arrays)
+    wanted = [n for n in str(settings[SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(
         clients,
         stats,
-        str(settings[keys.KEY_ROUND]),
-        {n: float(settings[keys.KEY_SHARE + n]) for n in wanted},
-        {n: float(settings[keys.KEY_STEP + n]) for n in wanted},
-        int(settings[keys.KEY_Q]),
+        str(settings[SECAGG_ROUND]),
+        {n: float(settings[SECAGG_SHARE + n]) for n in wanted},
+        {n: float(settings[SECAGG_STEP + n]) for n in wanted},
+        int(settings[SECAGG_Q]),
     )
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encoded), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

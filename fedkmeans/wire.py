@@ -15,6 +15,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 ARRAYS = "arrays"
 CONFIG = "config"
 
+# Keys of the SecAgg+ round's FitIns config: written by the server
+# (:class:`~fedkmeans.strategies.secagg.SecAggAggregator`), read by the ClientApp's
+# train handler. Per-statistic keys take the statistic's name as suffix.
+SECAGG_STAGE, SECAGG_ROUND, SECAGG_ARRAYS = "stage", "round", "arrays"
+SECAGG_STATS, SECAGG_Q = "stats", "q-range"
+SECAGG_SHARE, SECAGG_STEP = "share-std.", "step."
+
 
 def pack(arrays: Mapping[str, np.ndarray], config: Mapping[str, Any] | None = None) -> RecordDict:
     """Build message content from named arrays and scalar settings."""

@@ -60,6 +60,15 @@ from fedkmeans.privacy.distributed import (
     tail_probability,
 )
 from fedkmeans.strategies.pool import ClientPool, FederationError, Replies
+from fedkmeans.wire import (
+    SECAGG_ARRAYS,
+    SECAGG_Q,
+    SECAGG_ROUND,
+    SECAGG_SHARE,
+    SECAGG_STAGE,
+    SECAGG_STATS,
+    SECAGG_STEP,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -72,9 +81,9 @@ FULL_GRAPH_NODES = 15
 #: Fraction of a node's neighbours needed to unmask (Shamir threshold).
 THRESHOLD_FRACTION = 2.0 / 3.0
 
-# Keys of the FitIns config (the ClientApp's train handler reads the same ones).
-KEY_STAGE, KEY_ROUND, KEY_ARRAYS, KEY_STATS, KEY_Q = "stage", "round", "arrays", "stats", "q-range"
-KEY_SHARE, KEY_STEP = "share-std.", "step."
+# Keys of the FitIns config: one definition in the wire format, shared with the ClientApp.
+KEY_STAGE, KEY_ROUND, KEY_ARRAYS = SECAGG_STAGE, SECAGG_ROUND, SECAGG_ARRAYS
+KEY_STATS, KEY_Q, KEY_SHARE, KEY_STEP = SECAGG_STATS, SECAGG_Q, SECAGG_SHARE, SECAGG_STEP
 
 
 def num_shares(num_nodes: int) -> int | float:
