@@ -239,6 +239,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--no-lower-bound", action="store_true",
                         help="skip the pooled NumPy bound (it holds all points at once)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more config overrides (e.g. federation.node-cache-mb=512)")
     parser.add_argument("--output", default=str(OUT / "scale"))
     args = parser.parse_args()
     points, dim = args.points_per_client, args.dim
@@ -257,7 +259,7 @@ def main() -> None:
             for spec in sorted(args.engines, key=lambda e: not e.startswith("flower")):
                 engine, nodes = spec.split(":")
                 nodes = min(int(nodes), n)
-                overrides = BASE + clip + [
+                overrides = BASE + clip + args.set + [
                     f"data.num-clients={n}", f"federation.engine={engine}",
                     f"federation.num-nodes={nodes}", f"output-dir={tmp}/{n}-{spec}",
                 ]
@@ -272,6 +274,7 @@ def main() -> None:
                 rows.append({
                     "clients": n, "engine": engine, "nodes": nodes,
                     "points_per_client": points, "dim": dim,
+                    **({"overrides": " ".join(args.set)} if args.set else {}),
                     "clients_per_node": n // nodes, "wall_s": round(wall, 2),
                     **{f"{k}_s": v for k, v in rounds.items()},
                     "after_startup_s": after,

@@ -84,7 +84,7 @@ def config_digest(config: ExperimentConfig) -> str:
     """Hash of every setting that changes what the protocol releases."""
     flat = config.to_flat()
     for key in ("output-dir", "federation.engine", "federation.round-timeout",
-                "federation.message-mb", "federation.inflight-mb"):
+                "federation.message-mb", "federation.inflight-mb", "federation.node-cache-mb"):
         flat.pop(key, None)
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -13,6 +13,8 @@ encoded sum (its clients' clipped statistics plus their noise shares) and weight
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from flwr.app import Context, Message
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
@@ -36,14 +38,21 @@ from fedkmeans.wire import (
 
 app = ClientApp()
 
-#: Loaded nodes of the current run (one per node in this process; the in-process
-#: engine hosts every node in one process). Cleared when the run config changes.
-_NODES: dict[tuple, NodeData] = {}
+#: Loaded nodes of the current run, least recently used first (one per node in this
+#: process; a simulation actor serves many virtual nodes, the in-process engine all of
+#: them). Cleared when the run config changes; bounded by federation.node-cache-mb.
+_NODES: OrderedDict[tuple, NodeData] = OrderedDict()
 _RUN_KEY: list[tuple] = []
 
 
 def node_data(context: Context) -> NodeData:
-    """This node's data, loaded on first use and kept for the life of the process."""
+    """This node's data, loaded on first use and kept while the cache allows.
+
+    With ``federation.node-cache-mb`` > 0 the process keeps at most that many MiB of
+    nodes' points (always the current node): Flower's simulation sends any virtual
+    node's message to any actor, so without a bound every actor ends up holding every
+    node it has served. An evicted node is loaded again (the same points) when asked.
+    """
     node_config = context.node_config
     partition_id = int(node_config.get("partition-id", 0))
     num_partitions = int(node_config.get("num-partitions", 1))
@@ -53,10 +62,18 @@ def node_data(context: Context) -> NodeData:
         _NODES.clear()
         _RUN_KEY[:] = [run_key]
     key = (partition_id, num_partitions, data_path)
-    if key not in _NODES:
-        config = parse_config(context.run_config)
-        _NODES[key] = NodeData.load(config, partition_id, num_partitions, data_path)
-    return _NODES[key]
+    if key in _NODES:
+        _NODES.move_to_end(key)
+        return _NODES[key]
+    config = parse_config(context.run_config)
+    node = NodeData.load(config, partition_id, num_partitions, data_path)
+    _NODES[key] = node
+    budget = config.federation.node_cache_mb * 2**20
+    if budget:
+        held = sum(n.nbytes for n in _NODES.values())
+        while len(_NODES) > 1 and held > budget:
+            held -= _NODES.popitem(last=False)[1].nbytes
+    return node
 
 
 def forget_nodes() -> None:

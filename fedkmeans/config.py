@@ -223,6 +223,10 @@ class FederationConfig:
     message_mb : float
         Largest reply (MiB) the server asks a node for: a node's clients are asked in
         batches of at most this many bytes of statistics per message.
+    node_cache_mb : float
+        Most MiB of nodes' points one ClientApp process keeps loaded (0 = no bound).
+        A simulation actor serves many virtual nodes; with a bound it reloads the ones
+        it evicted (least recently used first) instead of holding them all.
     inflight_mb : float
         Replies (MiB, by their expected size) outstanding at a time in a round: the
         server pushes messages while their replies fit in this budget (at least one),
@@ -238,6 +242,7 @@ class FederationConfig:
     client_cpus: float = 1.0
     message_mb: float = 32.0
     inflight_mb: float = 256.0
+    node_cache_mb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -594,6 +599,8 @@ def validate(config: ExperimentConfig) -> None:
            f.message_mb)
     _check(_positive(f.inflight_mb), "federation.inflight-mb", "a finite float > 0 (MiB)",
            f.inflight_mb)
+    _check(math.isfinite(f.node_cache_mb) and f.node_cache_mb >= 0, "federation.node-cache-mb",
+           "a finite float >= 0 (MiB; 0 = no bound)", f.node_cache_mb)
 
 
 def _check_holdout(data: DataConfig) -> None:

@@ -98,6 +98,12 @@ class NodeData:
         return cls(config, ids, points, labels, data_path, frozenset(clipped_clients))
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the hosted clients' points and labels."""
+        return sum(x.nbytes for x in self.points.values()) + sum(
+            y.nbytes for y in self.labels.values() if y is not None)
+
+    @property
     def dim(self) -> int:
         """Feature dimension d (0 if the node hosts no client)."""
         return next(iter(self.points.values())).shape[1] if self.points else 0

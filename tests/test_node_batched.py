@@ -96,3 +96,37 @@ def test_triangle_clipping_equals_clipping_the_full_matrix():
     np.testing.assert_allclose(symmetric_from_upper(clipped, 6), clip_stacked(full, 3.0, "l2"),
                                rtol=1e-13, atol=1e-13)
     assert (np.linalg.norm(symmetric_from_upper(clipped, 6), axis=(1, 2)) <= 3.0 + 1e-12).all()
+
+
+def test_a_bounded_node_cache_keeps_the_current_node_and_reloads_the_same_points():
+    from flwr.app import Context, RecordDict
+
+    from fedkmeans import client_app
+
+    flat = {"data.num-clients": 40, "data.points-per-client": 25, "data.dim": 4,
+            "federation.node-cache-mb": 25 * 4 * 8 * 10 * 1.5 / 2**20}  # 1.5 nodes
+    def context(node):
+        return Context(run_id=1, node_id=node + 1, state=RecordDict(), run_config=flat,
+                       node_config={"partition-id": node, "num-partitions": 4})
+
+    try:
+        client_app.forget_nodes()
+        first = client_app.node_data(context(0))
+        points = {c: x.copy() for c, x in first.points.items()}
+        for node in (1, 2, 3):
+            client_app.node_data(context(node))
+            assert list(client_app._NODES) == [(node, 4, "")]  # only the current one
+        again = client_app.node_data(context(0))
+        assert again is not first  # evicted, then loaded again
+        for c, x in points.items():
+            np.testing.assert_array_equal(again.points[c], x)
+        unbounded = {**flat, "federation.node-cache-mb": 0.0}
+        client_app.forget_nodes()
+        for node in range(4):
+            client_app.node_data(Context(run_id=1, node_id=node + 1, state=RecordDict(),
+                                         run_config=unbounded,
+                                         node_config={"partition-id": node,
+                                                      "num-partitions": 4}))
+        assert len(client_app._NODES) == 4
+    finally:
+        client_app.forget_nodes()
