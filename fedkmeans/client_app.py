@@ -21,20 +21,10 @@ from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
+from fedkmeans import wire
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
-from fedkmeans.wire import (
-    SECAGG_ARRAYS,
-    SECAGG_Q,
-    SECAGG_ROUND,
-    SECAGG_SHARE,
-    SECAGG_STAGE,
-    SECAGG_STATS,
-    SECAGG_STEP,
-    TRIANGLE,
-    pack,
-    unpack,
-)
+from fedkmeans.wire import TRIANGLE, pack, unpack
 
 app = ClientApp()
 
@@ -171,20 +161,20 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     settings = fitins.config
     payload = parameters_to_ndarrays(fitins.parameters)
-    names = [n for n in str(settings[SECAGG_ARRAYS]).split(",") if n]
+    names = [n for n in str(settings[wire.SECAGG_ARRAYS]).split(",") if n]
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
     node = node_data(context)
-    stats = _STATISTICS[str(settings[SECAGG_STAGE])](node, clients, arrays)
-    wanted = [n for n in str(settings[SECAGG_STATS]).split(",") if n]
+    stats = _STATISTICS[str(settings[wire.SECAGG_STAGE])](node, clients, arrays)
+    wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(
         clients,
         stats,
-        str(settings[SECAGG_ROUND]),
-        {n: float(settings[SECAGG_SHARE + n]) for n in wanted},
-        {n: float(settings[SECAGG_STEP + n]) for n in wanted},
-        int(settings[SECAGG_Q]),
+        str(settings[wire.SECAGG_ROUND]),
+        {n: float(settings[wire.SECAGG_SHARE + n]) for n in wanted},
+        {n: float(settings[wire.SECAGG_STEP + n]) for n in wanted},
+        int(settings[wire.SECAGG_Q]),
     )
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encoded), 1, {})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

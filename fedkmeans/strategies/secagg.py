@@ -46,6 +46,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 
+from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.budget import statistic_bounds
@@ -60,15 +61,6 @@ from fedkmeans.privacy.distributed import (
     tail_probability,
 )
 from fedkmeans.strategies.pool import ClientPool, FederationError, Replies
-from fedkmeans.wire import (
-    SECAGG_ARRAYS,
-    SECAGG_Q,
-    SECAGG_ROUND,
-    SECAGG_SHARE,
-    SECAGG_STAGE,
-    SECAGG_STATS,
-    SECAGG_STEP,
-)
 
 LOG = logging.getLogger(__name__)
 
@@ -81,9 +73,6 @@ FULL_GRAPH_NODES = 15
 #: Fraction of a node's neighbours needed to unmask (Shamir threshold).
 THRESHOLD_FRACTION = 2.0 / 3.0
 
-# Keys of the FitIns config: one definition in the wire format, shared with the ClientApp.
-KEY_STAGE, KEY_ROUND, KEY_ARRAYS = SECAGG_STAGE, SECAGG_ROUND, SECAGG_ARRAYS
-KEY_STATS, KEY_Q, KEY_SHARE, KEY_STEP = SECAGG_STATS, SECAGG_Q, SECAGG_SHARE, SECAGG_STEP
 
 
 def num_shares(num_nodes: int) -> int | float:
@@ -263,15 +252,15 @@ class SecAggAggregator:
         fitins = {}
         for nid in nodes:
             settings = {
-                KEY_STAGE: stage,
-                KEY_ROUND: round_name,
-                KEY_ARRAYS: ",".join(names),
-                KEY_STATS: ",".join(stats),
-                KEY_Q: int(q_range),
+                wire.SECAGG_STAGE: stage,
+                wire.SECAGG_ROUND: round_name,
+                wire.SECAGG_ARRAYS: ",".join(names),
+                wire.SECAGG_STATS: ",".join(stats),
+                wire.SECAGG_Q: int(q_range),
             }
             for name, info in per_stat.items():
-                settings[KEY_SHARE + name] = float(info["share_std"])
-                settings[KEY_STEP + name] = float(info["grid_step"])
+                settings[wire.SECAGG_SHARE + name] = float(info["share_std"])
+                settings[wire.SECAGG_STEP + name] = float(info["grid_step"])
             payload = [requested[nid].astype(np.int64)] + [np.asarray(arrays[n]) for n in names]
             fitins[nid] = FitIns(ndarrays_to_parameters(payload), settings)
 
