@@ -25,16 +25,11 @@ from scipy import sparse
 from scipy.linalg import blas
 
 from fedkmeans import data as data_access
-from fedkmeans.clustering import (
-    local_kmeans_centers,
-    outer_product_sum,
-)
-from fedkmeans.clustering.client_stats import nearest_center
+from fedkmeans.clustering import local_kmeans_centers
+from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import (
-    clip_l1_nonnegative,
-    clip_l2,
     clip_rows_l2,
     clip_stacked,
     clip_upper_triangles,
@@ -108,21 +103,13 @@ class NodeData:
         """Feature dimension d (0 if the node hosts no client)."""
         return next(iter(self.points.values())).shape[1] if self.points else 0
 
-    def _clip(self, name: str, value: np.ndarray) -> np.ndarray:
-        privacy = self.config.privacy
-        if not self.config.is_private or privacy.level != "client":
-            return value
-        bound = statistic_bounds(privacy)[name]
-        if bound.norm == "l2":
-            return clip_l2(value, bound.client_bound)
-        return clip_l1_nonnegative(value, bound.client_bound)
-
     def covariance(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
-        """Step 1: ``sum_p p p^T`` per client, shape (m, d, d)."""
-        out = np.empty((len(clients), self.dim, self.dim))
-        for i, c in enumerate(clients):
-            out[i] = self._clip("covariance", outer_product_sum(self.points[c]))
-        return {"covariance": out}
+        """Step 1 as full matrices, shape (m, d, d): :meth:`covariance_triangles` unfolded.
+
+        For the SecAgg+ path and the audits, which work on the (d, d) matrices.
+        """
+        triangles = self.covariance_triangles(clients)["covariance"]
+        return {"covariance": symmetric_from_upper(triangles, self.dim)}
 
     def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
