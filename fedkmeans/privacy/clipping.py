@@ -72,25 +72,16 @@ def _clip_flat(
     if not np.any(outside):
         return flat
     idx = np.flatnonzero(outside)
-    if 4 * idx.size < flat.shape[0]:  # few rows outside: work on those rows only
-        flat[idx] *= (bound / norms[idx])[:, None]
-        for _ in range(8):
-            still = idx[_norms(flat[idx], kind, weights) > bound]
-            if still.size == 0:
-                break
-            flat[still] *= _SHRINK
-        return flat
-    # many rows outside: one pass over all rows (a factor of exactly 1 keeps a row
-    # bit-exact), the same values as the row-wise branch without gathering
+    # one pass over all rows: a factor of exactly 1 keeps the rows inside bit-exact
     factor = np.ones_like(norms)
     factor[idx] = bound / norms[idx]
     flat *= factor[:, None]
-    still = np.flatnonzero(outside & (_norms(flat, kind, weights) > bound))
+    still = idx
     for _ in range(8):
+        still = still[_norms(flat[still], kind, weights) > bound]
         if still.size == 0:
             break
         flat[still] *= _SHRINK
-        still = still[_norms(flat[still], kind, weights) > bound]
     return flat
 
 
