@@ -135,10 +135,7 @@ class RunningSums:
                 # the pool's own validated copy of the reply, dropped after this fold
                 part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0],
                                             in_place=True)
-                if name in self.triangle_totals:
-                    self.triangle_totals[name] += part
-                else:
-                    self.triangle_totals[name] = part
+                self.triangle_totals[name] = self.triangle_totals.get(name, 0.0) + part
             else:
                 total += clipped_sum(rows[name], fold.bound, fold.norm)
             m = rows[name].shape[0]

@@ -194,9 +194,10 @@ class ClientPool:
         Each node's clients are asked in messages of at most
         ``federation.message-mb`` of reply, and messages are outstanding only while
         their replies fit in ``federation.inflight-mb`` (at least one), so neither the
-        SuperLink nor this process ever holds more than that window of replies. Observers with an
-        ``on_client_rows(round, client_ids, rows)`` hook see every accepted message's
-        rows before they are dropped (a curious server keeps them at its own cost).
+        SuperLink nor this process ever holds more than that window of replies.
+        Observers with an ``on_client_rows(round, client_ids, rows)`` hook see every
+        accepted message's rows before they are dropped (a curious server keeps them at
+        its own cost).
         """
         round_name = round_name or stage
         wanted = set(np.asarray(clients).tolist())
@@ -219,13 +220,13 @@ class ClientPool:
             sink: _Sink = _FoldingSink(expected, fold)
         else:
             sink = _StackingSink(requested, expected)
-        batch = max(1, int(self.federation.message_mb * 2**20 // _row_bytes(expected)))
+        row_bytes = _row_bytes(expected)
+        batch = max(1, int(self.federation.message_mb * 2**20 // row_bytes))
         batches = [
             (nid, ids[start:start + batch])
             for nid, ids in requested.items() for start in range(0, ids.size, batch)
         ]
         hooks = [h for h in (getattr(o, "on_client_rows", None) for o in self.observers) if h]
-        row_bytes = _row_bytes(expected)
         for nid, ids, got in self._stream(batches, stage, round_name, arrays, config,
                                           row_bytes):
             # a folding sink takes symmetric statistics as upper triangles (no (m, d, d))
