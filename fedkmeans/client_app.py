@@ -22,8 +22,8 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters
 from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans import wire
-from fedkmeans.config import parse_config
-from fedkmeans.node import NodeData
+from fedkmeans.config import CLIENT_KEYS, parse_config
+from fedkmeans.node import STAGE_STATISTICS, NodeData
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
 app = ClientApp()
@@ -33,10 +33,16 @@ app = ClientApp()
 #: them). Cleared when the run config changes; bounded by federation.node-cache-mb.
 _NODES: OrderedDict[tuple, NodeData] = OrderedDict()
 _RUN_KEY: list[tuple] = []
+#: Request settings a node takes over from the server (the resolved clip settings).
+RESOLVED_KEYS = frozenset("privacy." + name.replace("_", "-") for name in CLIENT_KEYS)
 
 
-def node_data(context: Context) -> NodeData:
+def node_data(context: Context, settings: dict | None = None) -> NodeData:
     """This node's data, loaded on first use and kept while the cache allows.
+
+    ``settings``: the request's resolved ``privacy.*`` settings (the server chose the
+    ``auto`` ones from public information); they replace the run config's values, and
+    the node loads its clients again, clipped with them, when they change.
 
     With ``federation.node-cache-mb`` > 0 the process keeps at most that many MiB of
     nodes' points (always the current node): Flower's simulation sends any virtual
@@ -47,7 +53,10 @@ def node_data(context: Context) -> NodeData:
     partition_id = int(node_config.get("partition-id", 0))
     num_partitions = int(node_config.get("num-partitions", 1))
     data_path = str(node_config.get("data-path", ""))
-    run_key = tuple(sorted(context.run_config.items()))
+    run_config = dict(context.run_config)
+    run_config.update({key: value for key, value in (settings or {}).items()
+                       if key in RESOLVED_KEYS})
+    run_key = tuple(sorted(run_config.items()))
     if _RUN_KEY != [run_key]:  # a new run: forget the previous run's data
         _NODES.clear()
         _RUN_KEY[:] = [run_key]
@@ -55,7 +64,7 @@ def node_data(context: Context) -> NodeData:
     if key in _NODES:
         _NODES.move_to_end(key)
         return _NODES[key]
-    config = parse_config(context.run_config)
+    config = parse_config(run_config)
     node = NodeData.load(config, partition_id, num_partitions, data_path)
     _NODES[key] = node
     budget = config.federation.node_cache_mb * 2**20
@@ -83,27 +92,14 @@ def register(msg: Message, context: Context) -> Message:
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
 
 
-#: What each protocol stage computes for the asked clients (per-client rows, stacked):
-#: the same table serves the plain queries and the SecAgg+ path.
-_STATISTICS = {
-    "covariance": lambda node, clients, a: node.covariance(clients),
-    "histogram": lambda node, clients, a: node.histogram(
-        clients, a["basis"], a["projected_server"]
-    ),
-    "centers": lambda node, clients, a: node.sums_counts(
-        clients, a["projected_centers"], a["basis"]
-    ),
-    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
-}
-
-
 def _statistics_reply(stage: str, msg: Message, context: Context) -> Message:
-    arrays, _ = unpack(msg.content)
+    arrays, settings = unpack(msg.content)
     clients = arrays["client_ids"]
+    node = node_data(context, settings)
     if stage == "covariance":  # symmetric: only the upper triangles travel
-        triangles = node_data(context).covariance_triangles(clients.tolist())["covariance"]
+        triangles = node.covariance_triangles(clients.tolist())["covariance"]
         return _reply(msg, clients, {"covariance" + TRIANGLE: triangles})
-    stats = _STATISTICS[stage](node_data(context), clients.tolist(), arrays)
+    stats = STAGE_STATISTICS[stage](node, clients.tolist(), arrays)
     return _reply(msg, clients, stats)
 
 
@@ -136,15 +132,16 @@ def local_centers(msg: Message, context: Context) -> Message:
     """k-FED: local k-means centers (non-private)."""
     arrays, config = unpack(msg.content)
     clients = arrays["client_ids"]
-    stats = node_data(context).local_centers(clients.tolist(), int(config["local_k"]))
+    stats = node_data(context, config).local_centers(clients.tolist(), int(config["local_k"]))
     return _reply(msg, clients, stats)
 
 
 @app.query("evaluate")
 def evaluate(msg: Message, context: Context) -> Message:
     """Non-private evaluation of the final centers over every hosted client."""
-    arrays, _ = unpack(msg.content)
-    return Message(pack(node_data(context).evaluate(arrays["centers"])), reply_to=msg)
+    arrays, settings = unpack(msg.content)
+    return Message(pack(node_data(context, settings).evaluate(arrays["centers"])),
+                   reply_to=msg)
 
 
 @app.train(mods=[secaggplus_mod])
@@ -164,8 +161,8 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     names = [n for n in str(settings[wire.SECAGG_ARRAYS]).split(",") if n]
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
-    node = node_data(context)
-    stats = _STATISTICS[str(settings[wire.SECAGG_STAGE])](node, clients, arrays)
+    node = node_data(context, dict(settings))
+    stats = STAGE_STATISTICS[str(settings[wire.SECAGG_STAGE])](node, clients, arrays)
     wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(

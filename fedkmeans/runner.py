@@ -23,6 +23,7 @@ from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
+from fedkmeans.tuning.resolve import client_settings, resolve_auto
 
 LOG = logging.getLogger(__name__)
 
@@ -68,25 +69,10 @@ def _run_claimed(
     timings: dict[str, float] = {}
 
     checkpoint = Checkpoint.open(output_dir / "checkpoint", config)
-    plan = release_plan(config.algorithm, config.privacy)
-    t0 = time.perf_counter()
-    epsilon = config.privacy.epsilon if config.is_private else math.inf
-    releases = calibrate(plan, epsilon=epsilon, delta=config.privacy.delta) if plan else []
-    timings["calibration"] = time.perf_counter() - t0
-
+    declared = config
     observers = list(observers or [])
-    curious = None
-    if config.attack != "none":
-        from fedkmeans.attacks import build_curious_server
-
-        curious = build_curious_server(config)
-        observers.append(curious)
     server_x, _ = data_access.load_server(config)
     pool = ClientPool(grid, config.federation, observers=observers)
-    if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
-        from fedkmeans.strategies.secagg import SecAggAggregator
-
-        pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})
     t0 = time.perf_counter()
     pool.register()
     timings["register"] = time.perf_counter() - t0
@@ -98,6 +84,28 @@ def _run_claimed(
     if k_needed > server_x.shape[0]:
         raise ValueError(f"{key}={k_needed} exceeds the {server_x.shape[0]} server points")
 
+    # `auto` settings: from the server's data and public facts, before any private round
+    t0 = time.perf_counter()
+    config, tuning = resolve_auto(config, server_x, int(pool.client_ids.size))
+    timings["tuning"] = time.perf_counter() - t0
+    pool.settings = client_settings(config)
+    plan = release_plan(config.algorithm, config.privacy, subspace=k_needed < pool.dim)
+    t0 = time.perf_counter()
+    epsilon = config.privacy.epsilon if config.is_private else math.inf
+    releases = calibrate(plan, epsilon=epsilon, delta=config.privacy.delta) if plan else []
+    timings["calibration"] = time.perf_counter() - t0
+
+    curious = None
+    if config.attack != "none":
+        from fedkmeans.attacks import build_curious_server
+
+        curious = build_curious_server(config)
+        observers.append(curious)
+    if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
+        from fedkmeans.strategies.secagg import SecAggAggregator
+
+        pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})
+
     ctx = ServerContext(
         checkpoint=checkpoint,
         config=config,
@@ -105,7 +113,7 @@ def _run_claimed(
         server_x=server_x,
         releases={r.stage: r for r in releases},
         observers=observers,
-        expected_rounds=_expected_rounds(config),
+        expected_rounds=_expected_rounds(config, subspace=k_needed < pool.dim),
     )
     randomness = ctx.private_randomness
     if config.is_private and not randomness.is_secure:
@@ -127,7 +135,7 @@ def _run_claimed(
     if ctx.non_private or not config.is_private:
         spent = math.inf
     result = {
-        "algorithm": config.algorithm,
+        "algorithm": declared.algorithm,
         "seed": config.seed,
         "k": chosen.k,
         "centers": centers.tolist(),
@@ -159,8 +167,10 @@ def _run_claimed(
             "rejected_replies": pool.rejected,
         },
         "timings": timings,
-        "config": config.to_flat(),
+        "config": declared.to_flat(),
     }
+    if tuning is not None:
+        result["tuning"] = tuning
     if config.k_auto:
         costs = checkpoint.rounds.get("init-2", {}).get("elbow_costs")
         result["k_selection"] = {
@@ -191,9 +201,9 @@ def _run_claimed(
     return result
 
 
-def _expected_rounds(config: ExperimentConfig) -> int:
+def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
-    init = {"feddp-kmeans": 3, "kfed": 1}.get(config.algorithm, 0)
+    init = {"feddp-kmeans": 2 + subspace, "kfed": 1}.get(config.algorithm, 0)
     return init + (0 if config.algorithm == "kfed" else config.privacy.lloyds_steps)
 
 

@@ -50,13 +50,14 @@ def test_elbow_edge_cases_and_determinism():
 def test_k_auto_run_reports_the_chosen_k(small_config):
     from fedkmeans.experiment import run_flat
 
-    result = run_flat({**small_config, "k": "auto", "k-max": 8, "privacy.epsilon": 4.0,
+    # k-max < d = 8: with k-max >= d step 1 would be skipped (the subspace is the space)
+    result = run_flat({**small_config, "k": "auto", "k-max": 7, "privacy.epsilon": 4.0,
                        "data.variance": 0.05})
     assert result["k"] == 4  # the small mixture has 4 components
     assert np.asarray(result["centers"]).shape == (4, 8)
     assert result["config"]["k"] == "auto"
     selection = result["k_selection"]
-    assert selection["k_max"] == 8 and len(selection["costs"]) == 8
+    assert selection["k_max"] == 7 and len(selection["costs"]) == 7
     assert result["metrics"]["optimal_cost"] < result["metrics"]["cost"] < 1.3 * result[
         "metrics"]["optimal_cost"]  # the optimal cost is taken with the chosen k
     # choosing k spent nothing extra: the same four releases as with a fixed k

@@ -58,7 +58,7 @@ from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
 from fedkmeans.attacks.membership import cost_scores
 from fedkmeans.attacks.reconstruction import attack_client_reply
 from fedkmeans.attacks.scoring import membership_summary
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
@@ -163,6 +163,12 @@ class CuriousServer:
         self.releases[stage] = (before, after)
 
     # -- the report ------------------------------------------------------------------
+    @property
+    def _min_count(self) -> float:
+        """The count threshold the attacks' re-simulation uses (1 for ``auto``)."""
+        value = self.config.privacy.min_cluster_count
+        return 1.0 if value == AUTO else float(value)
+
     def report(self, *, centers: np.ndarray, result: dict) -> dict:
         """Run the one-run attacks; return their metrics (no data values).
 
@@ -428,8 +434,7 @@ class CuriousServer:
                 "threat_model": "1: analyst sees centers from the final round and a shadow "
                 "reference trained without the target",
                 **cost_membership(
-                    traces, generator(seed, "attack", "cost"), trials,
-                    self.config.privacy.min_cluster_count,
+                    traces, generator(seed, "attack", "cost"), trials, self._min_count,
                 ),
             }
             out["membership_lira"] = {
@@ -440,7 +445,7 @@ class CuriousServer:
                 "shadow models in and out (shadow releases of the final round)",
                 **lira_membership(
                     traces, generator(seed, "attack", "lira"), trials, self.settings.shadows,
-                    self.config.privacy.min_cluster_count,
+                    self._min_count,
                 ),
             }
         else:

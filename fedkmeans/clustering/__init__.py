@@ -10,8 +10,11 @@ from fedkmeans.clustering.server_steps import (
     centers_from_sums,
     kmeans,
     kmeans_plus_plus,
+    server_estimate,
     sphere_packing_centers,
+    supported_eigenvectors,
     top_eigenvectors,
+    usable_weights,
     weighted_kmeans,
 )
 
@@ -23,7 +26,10 @@ __all__ = [
     "centers_from_sums",
     "kmeans",
     "kmeans_plus_plus",
+    "server_estimate",
     "sphere_packing_centers",
+    "supported_eigenvectors",
+    "usable_weights",
     "top_eigenvectors",
     "weighted_kmeans",
 ]

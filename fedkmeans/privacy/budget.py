@@ -144,7 +144,9 @@ _NORMS = {
 PRIVATE_INIT = ("feddp-kmeans",)
 
 
-def release_plan(algorithm: str, privacy: PrivacyConfig) -> list[PlannedRelease]:
+def release_plan(
+    algorithm: str, privacy: PrivacyConfig, *, subspace: bool = True
+) -> list[PlannedRelease]:
     """Every noisy release an algorithm will make, with its share of the budget.
 
     FedDP-KMeans: step 1 (covariance, Gaussian), step 2 (histogram, Laplace; Gaussian
@@ -152,7 +154,9 @@ def release_plan(algorithm: str, privacy: PrivacyConfig) -> list[PlannedRelease]
     (sums Gaussian + counts, one cohort, one group), then T FedDP-Lloyds groups.
     The server-data baselines release only the T Lloyds groups. Weights come from
     ``privacy.split`` and ``privacy.lloyds-split`` and are normalised by the
-    calibration over the releases that happen.
+    calibration over the releases that happen. ``subspace = False`` (k >= d: the
+    top-k subspace is the whole space) drops step 1, whose budget then goes to the
+    other releases.
 
     Returns
     -------
@@ -170,9 +174,11 @@ def release_plan(algorithm: str, privacy: PrivacyConfig) -> list[PlannedRelease]
     plan: list[PlannedRelease] = []
     if algorithm in PRIVATE_INIT:
         w1, w2, w3s, w3c = privacy.split
+        if subspace:
+            plan.append(PlannedRelease(
+                "init-1/covariance", "gaussian", bounds["covariance"].sensitivity("gaussian"),
+                w1, q, "init-1"))
         plan += [
-            PlannedRelease("init-1/covariance", "gaussian",
-                           bounds["covariance"].sensitivity("gaussian"), w1, q, "init-1"),
             PlannedRelease("init-2/histogram", histogram_mechanism,
                            bounds["histogram"].sensitivity(histogram_mechanism), w2, q, "init-2"),
             PlannedRelease("init-3/sums", "gaussian", bounds["sums"].sensitivity("gaussian"),

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
@@ -29,6 +29,7 @@ from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool, Replies
+from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class ServerContext:
     checkpoint: Checkpoint | None = None
     #: Rounds the strategy will run (0 = unknown): the progress lines' total.
     expected_rounds: int = 0
+    #: Log a progress line per round (the tuning's simulated runs do not).
+    progress: bool = True
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -104,6 +107,8 @@ class ServerContext:
     def _progress(self, name: str, what: str) -> None:
         """One ``[progress]`` line per round: count, elapsed and ETA (streamed by Flower)."""
         self._done += 1
+        if not self.progress:
+            return
         elapsed = time.perf_counter() - self._started
         total = self.expected_rounds
         line = f"[progress] round {name} {what} ({self._done}/{total or '?'})"
@@ -116,6 +121,43 @@ class ServerContext:
     def k(self) -> int:
         """Number of clusters."""
         return self.config.k
+
+    def min_server_weight(self) -> float:
+        """Step 2's weight threshold: ``privacy.min-server-weight`` (``auto``: 0).
+
+        Why ``auto`` keeps every positive weight:
+        :mod:`fedkmeans.tuning.thresholds`.
+        """
+        value = self.config.privacy.min_server_weight
+        return 0.0 if value == AUTO else float(value)
+
+    def min_cluster_count(self, group: str, fallback: np.ndarray) -> float:
+        """Count a cluster needs to leave its ``fallback`` center, for round ``group``.
+
+        ``auto``: :func:`~fedkmeans.tuning.thresholds.count_threshold` of the round's
+        planned count and sum releases, with the spread of the server's data around
+        ``fallback`` (k, d) as the public scale; 1 when the run adds no noise.
+        """
+        value = self.config.privacy.min_cluster_count
+        if value != AUTO:
+            return float(value)
+        counts = self.releases.get(f"{group}/counts")
+        sums = self.releases.get(f"{group}/sums")
+        if counts is None or sums is None or not self.config.is_private:
+            return 1.0
+        return count_threshold(counts, sums, self.pool.dim, spread(self.server_x, fallback))
+
+    def eigenvalue_floor(self, stage: str) -> float:
+        """Eigenvalues of the noisy second moment below this are noise (0 if no noise).
+
+        The symmetric noise of step 1 (entries N(0, sigma^2)) has spectral norm about
+        ``2 sigma sqrt(d)``; an eigenvector whose eigenvalue does not clear it is not
+        trusted (:func:`~fedkmeans.clustering.server_steps.supported_eigenvectors`).
+        """
+        release = self.releases.get(stage)
+        if release is None or not self.config.is_private:
+            return 0.0
+        return 2.0 * noise_std(release) * float(np.sqrt(self.pool.dim))
 
     def rng(self, *path: int | str) -> np.random.Generator:
         """A generator for ``path`` under the run's root seed.

@@ -10,7 +10,14 @@ Server-Side Data", ICML 2025 (arXiv 2506.05408), Algorithms 1-2:
    k-means (10 restarts) on Pi Q -> projected centers xi_1..xi_k.
 3. Clients assign points to the nearest xi_r in the projected space and send
    per-cluster sums (original space) and counts; the server releases both and sets
-   nu_r = m_r / n_r (falling back to V^T xi_r where the noisy count is too small).
+   nu_r = m_r / n_r (falling back to the server's estimate of center r, the
+   weighted mean of its server points, where the noisy count is too small).
+
+Noise-aware post-processing (no privacy cost): step 1 keeps only eigenvectors whose
+eigenvalue clears the noise's spectral norm and completes the basis from the server's
+own ``Q^T Q``; with k >= d there is no subspace to find, so step 1 is skipped (and
+planned no budget) and V is the identity. Thresholds ``auto`` follow the noise scale
+(:mod:`fedkmeans.tuning.thresholds`).
 
 With ``k = auto`` step 1 keeps ``k-max`` eigenvectors and step 2 picks k by the elbow
 of the weighted k-means cost on the noisy-weighted projected server data
@@ -24,7 +31,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedkmeans.clustering import centers_from_sums, top_eigenvectors, weighted_kmeans
+from fedkmeans.clustering import (
+    centers_from_sums,
+    server_estimate,
+    supported_eigenvectors,
+    usable_weights,
+    weighted_kmeans,
+)
 from fedkmeans.clustering.elbow import choose_k
 from fedkmeans.strategies.base import ServerContext, Strategy
 
@@ -44,9 +57,14 @@ class FedDPKMeans(Strategy):
             second_moment = ctx.release(
                 replies, "covariance", "init-1/covariance", symmetric=True
             )
-            return {"basis": top_eigenvectors(second_moment, k)}
+            floor = ctx.eigenvalue_floor("init-1/covariance")
+            return {"basis": supported_eigenvectors(
+                second_moment, k, floor, ctx.server_x.T @ ctx.server_x)}
 
-        basis = ctx.round("init-1", subspace)["basis"]
+        if k >= d:  # the top-k subspace is the whole space: nothing to release
+            basis = np.eye(d)
+        else:
+            basis = ctx.round("init-1", subspace)["basis"]
         projected_server = ctx.server_x @ basis.T
 
         def server_point_weights() -> dict[str, np.ndarray]:
@@ -56,24 +74,29 @@ class FedDPKMeans(Strategy):
                 expected={"histogram": (projected_server.shape[0],)},
             )
             weights = ctx.release(replies, "histogram", "init-2/histogram")
+            min_weight = ctx.min_server_weight()
             outputs = {}
             chosen_k = k
             if auto:  # post-processing of released values: no privacy cost
                 chosen_k, costs = choose_k(
                     projected_server, weights, k, seed=ctx.int_seed("init-2", "elbow"),
-                    min_weight=ctx.config.privacy.min_server_weight,
+                    min_weight=min_weight,
                 )
                 outputs["elbow_costs"] = costs
-            outputs["projected_centers"] = weighted_kmeans(
-                projected_server,
-                weights,
-                chosen_k,
+            usable = usable_weights(weights, min_weight, chosen_k)
+            centers = weighted_kmeans(
+                projected_server, usable, chosen_k,
                 seed=ctx.int_seed("init-2", "weighted-kmeans"),
-                min_weight=ctx.config.privacy.min_server_weight,
+            )
+            outputs["projected_centers"] = centers
+            outputs["server_estimate"] = server_estimate(
+                ctx.server_x, projected_server, centers, usable, basis
             )
             return outputs
 
-        projected_centers = ctx.round("init-2", server_point_weights)["projected_centers"]
+        step2 = ctx.round("init-2", server_point_weights)
+        projected_centers = step2["projected_centers"]
+        fallback = step2.get("server_estimate", projected_centers @ basis)
         if auto:  # step 3, the Lloyds steps and the evaluation use the chosen k
             k = projected_centers.shape[0]
             ctx.config = replace(ctx.config, k=k)
@@ -87,10 +110,8 @@ class FedDPKMeans(Strategy):
             sums = ctx.release(replies, "sums", "init-3/sums")
             counts = ctx.release(replies, "counts", "init-3/counts")
             new_centers, _ = centers_from_sums(
-                sums,
-                counts,
-                fallback=projected_centers @ basis,
-                min_count=ctx.config.privacy.min_cluster_count,
+                sums, counts, fallback=fallback,
+                min_count=ctx.min_cluster_count("init-3", fallback),
             )
             return {"centers": new_centers}
 

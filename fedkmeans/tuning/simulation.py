@@ -1,0 +1,208 @@
+"""The real protocol on a federation resampled from the server's data.
+
+A simulated run uses the project's own strategy, :class:`~fedkmeans.strategies.base.
+ServerContext` (clipping, mechanisms, thresholds), the calibrated releases and the
+node arithmetic (:data:`fedkmeans.node.STAGE_STATISTICS`); only the clients are
+replaced by a :class:`SimulatedPool` whose clients hold points drawn from the server's
+data Q. Nothing of the real clients is read.
+
+The simulated federation (:func:`simulated_federation`) follows the declared public
+facts: ``C`` clients with sizes uniform on ``1..n_max`` (``n_max`` =
+``privacy.max-points-per-client``). Q is split at random into two halves: the
+simulated server holds one, the simulated clients draw from the other, so the
+server-only answer has a sampling error in the simulation as it has in reality (with
+the clients drawn from Q itself it would look optimal and always win). To model a
+server whose data is not distributed like the clients', each client draws its points
+from the k-means clusters of its half with its own Dirichlet(1/2) mixture weights,
+so the simulated population weights the clusters differently from the server. A federation larger than ``max_points`` is simulated
+with a fraction ``s`` of the clients and every noise scale multiplied by ``s``: the
+sums shrink by ``s`` too, so the signal-to-noise ratio of every release is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+import numpy as np
+
+from fedkmeans.clustering import kmeans
+from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.node import STAGE_STATISTICS, NodeData
+from fedkmeans.privacy.accountant import Release
+from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.strategies import ServerContext, build_strategy
+from fedkmeans.strategies.pool import Replies
+
+__all__ = ["SimulatedFederation", "SimulatedPool", "simulate_cost", "simulated_federation"]
+
+#: Dirichlet concentration of each simulated client's weights over the server's clusters.
+CLIENT_ALPHA = 0.5
+
+
+@dataclass(frozen=True)
+class SimulatedFederation:
+    """Clients made of server points.
+
+    Attributes
+    ----------
+    points : dict of int to ndarray of shape (n_j, d)
+    scale : float
+        Simulated clients / declared clients (``s`` in the module docstring).
+    server_x : ndarray of shape (m', d)
+        The simulated server's data (the half of Q no client draws from).
+    """
+
+    points: dict[int, np.ndarray]
+    scale: float
+    server_x: np.ndarray
+
+    @property
+    def pooled(self) -> np.ndarray:
+        """Every simulated point, shape (n, d)."""
+        return np.concatenate(list(self.points.values()))
+
+
+def simulated_federation(
+    server_x: np.ndarray,
+    num_clients: int,
+    max_points_per_client: int,
+    k: int,
+    rng: np.random.Generator,
+    max_points: int = 10_000,
+) -> SimulatedFederation:
+    """Resample a federation of ``num_clients`` clients from the server's data.
+
+    Parameters
+    ----------
+    server_x : ndarray of shape (m, d)
+        The server's (public) data, already clipped to the data radius.
+    num_clients : int
+        Declared number of clients C.
+    max_points_per_client : int
+        Declared largest client size n_max.
+    k : int
+        Clusters of the server's data the clients mix.
+    rng : numpy.random.Generator
+        Public randomness.
+    max_points : int
+        Largest number of simulated points (fewer clients, scaled noise, beyond it).
+
+    Returns
+    -------
+    SimulatedFederation
+    """
+    order = rng.permutation(server_x.shape[0])
+    half = server_x.shape[0] // 2
+    sim_server, pool = server_x[order[:half]], server_x[order[half:]]
+    k = min(k, pool.shape[0])
+    labels = squared_distances(
+        pool, kmeans(pool, k, seed=int(rng.integers(2**31)), n_init=1)
+    ).argmin(axis=1)
+    clusters = [np.flatnonzero(labels == r) for r in range(k)]
+    clusters = [c for c in clusters if c.size]
+    mean_size = (1 + max_points_per_client) / 2
+    simulated = int(min(num_clients, max(2 * k, max_points // mean_size)))
+    sizes = rng.integers(1, max_points_per_client + 1, size=simulated)
+    points = {}
+    for j, n_j in enumerate(sizes.tolist()):
+        mix = rng.dirichlet(np.full(len(clusters), CLIENT_ALPHA))
+        which = rng.choice(len(clusters), size=n_j, p=mix)
+        rows = np.array([clusters[c][rng.integers(clusters[c].size)] for c in which])
+        points[j] = pool[rows]
+    return SimulatedFederation(points, simulated / num_clients, sim_server)
+
+
+@dataclass
+class SimulatedPool:
+    """The :class:`~fedkmeans.strategies.pool.ClientPool` interface over simulated clients.
+
+    Every statistic is computed by :data:`~fedkmeans.node.STAGE_STATISTICS` on a
+    :class:`~fedkmeans.node.NodeData` of the simulated clients, and returned stacked
+    (the server clips and sums them as in a real round).
+    """
+
+    node: NodeData
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension d."""
+        return self.node.dim
+
+    @property
+    def client_ids(self) -> np.ndarray:
+        """Simulated client ids."""
+        return self.node.client_ids
+
+    def sample(self, rate: float, rng: np.random.Generator) -> np.ndarray:
+        """Poisson sampling, as :meth:`ClientPool.sample`."""
+        ids = self.client_ids
+        return ids if rate >= 1.0 else ids[rng.random(ids.size) < rate]
+
+    def query(self, stage, clients, arrays, expected, config=None, round_name=None,
+              fold=None) -> Replies:
+        """The clients' stacked rows for ``stage`` (``fold`` is not needed here)."""
+        del expected, config, round_name, fold
+        ids = np.asarray(clients, dtype=np.int64)
+        stats = STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays))
+        return Replies(ids, stats)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the project's warnings (uniform-weight fallbacks) during a simulation."""
+    logger = logging.getLogger("fedkmeans")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def simulate_cost(
+    config: ExperimentConfig,
+    federation: SimulatedFederation,
+    releases: list[Release],
+    rep: int,
+) -> float:
+    """k-means cost (mean squared distance) of one simulated run of ``config``.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+        A resolved candidate configuration (no ``auto`` left but the thresholds).
+    federation : SimulatedFederation
+    releases : list of Release
+        The candidate's calibrated releases; their noise is scaled by
+        ``federation.scale`` here.
+    rep : int
+        Selects the simulation's (public, seeded) noise.
+
+    Returns
+    -------
+    float
+        Mean over the simulated points of the squared distance to the nearest center.
+    """
+    seed = integer_seed(config.seed, "tuning", "noise", rep)
+    sim_config = replace(config, seed=seed, privacy=replace(
+        config.privacy, reproducible_noise=True))
+    ids = np.array(sorted(federation.points), dtype=np.int64)
+    node = NodeData(sim_config, ids, federation.points, dict.fromkeys(federation.points))
+    scaled = {r.stage: replace(r, noise_scale=r.noise_scale * federation.scale)
+              for r in releases}
+    ctx = ServerContext(config=sim_config, pool=SimulatedPool(node),
+                        server_x=federation.server_x,
+                        releases=scaled, progress=False)
+    with _quiet():
+        centers = build_strategy(config.algorithm).run(ctx)
+    pooled = federation.pooled
+    return float(squared_distances(pooled, centers).min(axis=1).mean())
+
+
+def federation_rng(config: ExperimentConfig, rep: int) -> np.random.Generator:
+    """Public generator of the ``rep``-th simulated federation."""
+    return generator(config.seed, "tuning", "federation", rep)
