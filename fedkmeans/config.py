@@ -197,6 +197,12 @@ class PrivacyConfig:
         sampling are derived from ``seed`` (tests and research only; the output then
         says the guarantee holds only against someone who does not know the seed).
         SecAgg noise shares are always secret, whatever this says.
+    public_num_clients : int
+        The number of clients the user declares public, for the ``auto`` settings
+        (:mod:`fedkmeans.tuning`); 0 = the number of clients that registered, which
+        the choice then treats as public (the server sees who connects, but at client
+        level it differs by one between neighbouring datasets: declare it to keep the
+        choice independent of the federation).
     """
 
     level: str = "datapoint"
@@ -213,10 +219,11 @@ class PrivacyConfig:
     clip_histogram: float = 50.0
     clip_sums: float = 550.0
     clip_counts: float = 50.0
-    min_server_weight: float = 0.0
-    min_cluster_count: float = 1.0
+    min_server_weight: float | str = AUTO
+    min_cluster_count: float | str = AUTO
     aggregation: str = "central"
     reproducible_noise: bool = False
+    public_num_clients: int = 0
 
     @property
     def is_private(self) -> bool:
@@ -606,6 +613,8 @@ def validate(config: ExperimentConfig) -> None:
         p.min_cluster_count == AUTO or p.min_cluster_count > 0, "privacy.min-cluster-count",
         "'auto' or a float > 0", p.min_cluster_count,
     )
+    _check(p.public_num_clients >= 0, "privacy.public-num-clients",
+           "an integer >= 0 (0 = the registered clients)", p.public_num_clients)
     _check(
         p.aggregation in AGGREGATIONS, "privacy.aggregation", f"one of {AGGREGATIONS}",
         p.aggregation,

@@ -175,11 +175,16 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
     return result
 
 
-def run(overrides: Sequence[str] = ()) -> dict:
-    """Compose the Hydra config with ``overrides``, run it, return the result dict."""
+def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The flat config that the Hydra config with ``overrides`` composes to."""
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
         cfg = compose(config_name="config", overrides=resolve_aliases(overrides))
-    return run_flat(flatten(cfg))
+    return flatten(cfg)
+
+
+def run(overrides: Sequence[str] = ()) -> dict:
+    """Compose the Hydra config with ``overrides``, run it, return the result dict."""
+    return run_flat(compose_flat(overrides))
 
 
 @hydra.main(config_path="conf", config_name="config", version_base=None)

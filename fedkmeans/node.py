@@ -185,8 +185,30 @@ class NodeData:
         )
         sums = np.asarray(onehot @ x).reshape(m, k, self.dim)
         counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
-        return {"sums": self._clip_rows("sums", sums),
-                "counts": self._clip_rows("counts", counts.astype(np.float64))}
+        return self._clip_jointly(sums, counts.astype(np.float64))
+
+    def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+        """Client level: scale each client's sums and counts by one factor.
+
+        The factor ``min(1, C_sums / ||S_j||_F, C_counts / ||n_j||_1)`` brings both
+        within their bounds (so the sensitivities are those of separate clipping) and
+        keeps every ratio ``S_jr / n_jr``: clipping them separately would shrink one and
+        not the other and move every center ``m_r / n_r`` (a client whose counts are
+        clipped to half but whose sums are not doubles its pull).
+        """
+        privacy = self.config.privacy
+        if not self.config.is_private or privacy.level != "client":
+            return {"sums": sums, "counts": counts}
+        bounds = statistic_bounds(privacy)
+        sums_norm = np.sqrt(np.einsum("mkd,mkd->m", sums, sums))
+        counts_norm = np.abs(counts).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            factor = np.minimum.reduce([
+                np.ones(sums.shape[0]),
+                np.where(sums_norm > 0, bounds["sums"].client_bound / sums_norm, 1.0),
+                np.where(counts_norm > 0, bounds["counts"].client_bound / counts_norm, 1.0),
+            ])
+        return {"sums": sums * factor[:, None, None], "counts": counts * factor[:, None]}
 
     def secagg_contribution(
         self,

@@ -19,7 +19,7 @@ from fedkmeans.experiment import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "fedkmeans" / "conf"
-GROUPS = ("dataset", "algorithm", "privacy", "federation", "attack")
+GROUPS = ("dataset", "algorithm", "privacy", "federation", "attack", "tuning")
 
 
 def _flat_pyproject() -> dict:

@@ -29,7 +29,7 @@ from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool, Replies
-from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
+from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread, weight_threshold
 
 LOG = logging.getLogger(__name__)
 
@@ -122,14 +122,20 @@ class ServerContext:
         """Number of clusters."""
         return self.config.k
 
-    def min_server_weight(self) -> float:
-        """Step 2's weight threshold: ``privacy.min-server-weight`` (``auto``: 0).
+    def min_server_weight(self, stage: str) -> float:
+        """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.
 
-        Why ``auto`` keeps every positive weight:
+        ``auto``: :data:`~fedkmeans.tuning.thresholds.WEIGHT_THRESHOLD_STDS` standard
+        deviations of the planned release ``stage``'s noise (0 without noise); why:
         :mod:`fedkmeans.tuning.thresholds`.
         """
         value = self.config.privacy.min_server_weight
-        return 0.0 if value == AUTO else float(value)
+        if value != AUTO:
+            return float(value)
+        release = self.releases.get(stage)
+        if release is None or not self.config.is_private:
+            return 0.0
+        return weight_threshold(release)
 
     def min_cluster_count(self, group: str, fallback: np.ndarray) -> float:
         """Count a cluster needs to leave its ``fallback`` center, for round ``group``.

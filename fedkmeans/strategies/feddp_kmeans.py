@@ -74,7 +74,7 @@ class FedDPKMeans(Strategy):
                 expected={"histogram": (projected_server.shape[0],)},
             )
             weights = ctx.release(replies, "histogram", "init-2/histogram")
-            min_weight = ctx.min_server_weight()
+            min_weight = ctx.min_server_weight("init-2/histogram")
             outputs = {}
             chosen_k = k
             if auto:  # post-processing of released values: no privacy cost

