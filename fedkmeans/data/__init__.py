@@ -6,8 +6,8 @@ congruent to its partition id; in deployment a node's ``data-path`` node config 
 its own ``.npz`` file and it hosts every client in that file.
 
 Real data sets (``nycflights``, ``mplsstops``, ``digits``, ``diamonds``) are parsed once
-per process from their PyPI package into a :class:`~fedkmeans.data.tabular.Federation` (cached); a node then
-reads only the rows of the client ids it hosts.
+per process from their PyPI package into a :class:`~fedkmeans.data.tabular.Federation`
+(cached); a node then reads only the rows of the client ids it hosts.
 """
 
 from __future__ import annotations

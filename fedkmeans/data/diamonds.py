@@ -25,8 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedkmeans.data.labelskew import build_label_skew
-from fedkmeans.data.tabular import Federation
+from fedkmeans.data.labelskew import label_skew_builder
 
 __all__ = ["FEATURES", "NUM_CLIENTS", "build", "features", "load_columns"]
 
@@ -59,21 +58,11 @@ def features(columns: Mapping[str, np.ndarray]) -> np.ndarray:
     ])
 
 
-def build(
-    columns: Mapping[str, np.ndarray],
-    holdout: tuple[str, str],
-    *,
-    min_points: int = 1,
-    max_clients: int = 0,
-    max_points: int = 0,
-) -> Federation:
-    """The clarity-skewed diamonds federation (see the module docstring)."""
-    labels = _rank(columns["clarity"], CLARITIES).astype(np.int64)
-    return build_label_skew(
-        features(columns), labels, holdout,
-        num_clients=NUM_CLIENTS, alpha=ALPHA, server_fraction=SERVER_FRACTION,
-        min_points=min_points, max_clients=max_clients, max_points=max_points,
-    )
+#: The clarity-skewed diamonds federation (see the module docstring).
+build = label_skew_builder(
+    features, lambda columns: _rank(columns["clarity"], CLARITIES),
+    num_clients=NUM_CLIENTS, alpha=ALPHA, server_fraction=SERVER_FRACTION,
+)
 
 
 def load_columns() -> dict[str, np.ndarray]:

@@ -20,8 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedkmeans.data.labelskew import build_label_skew
-from fedkmeans.data.tabular import Federation
+from fedkmeans.data.labelskew import label_skew_builder
 
 __all__ = ["NUM_CLIENTS", "build", "features", "load_columns"]
 
@@ -35,20 +34,11 @@ def features(columns: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.asarray(columns["pixels"], dtype=np.float64) / PIXEL_MAX
 
 
-def build(
-    columns: Mapping[str, np.ndarray],
-    holdout: tuple[str, str],
-    *,
-    min_points: int = 1,
-    max_clients: int = 0,
-    max_points: int = 0,
-) -> Federation:
-    """The label-skewed digits federation (see the module docstring)."""
-    return build_label_skew(
-        features(columns), np.asarray(columns["digit"], dtype=np.int64), holdout,
-        num_clients=NUM_CLIENTS, alpha=ALPHA, server_fraction=SERVER_FRACTION,
-        min_points=min_points, max_clients=max_clients, max_points=max_points,
-    )
+#: The label-skewed digits federation (see the module docstring).
+build = label_skew_builder(
+    features, lambda columns: columns["digit"],
+    num_clients=NUM_CLIENTS, alpha=ALPHA, server_fraction=SERVER_FRACTION,
+)
 
 
 def load_columns() -> dict[str, np.ndarray]:

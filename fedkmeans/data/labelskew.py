@@ -20,12 +20,15 @@ NumPy: tested on small synthetic columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from fedkmeans.data.tabular import Federation, build_federation
 
 __all__ = [
-    "PARTITION_SEED", "build_label_skew", "client_keys", "minority_classes", "server_rows",
+    "PARTITION_SEED", "build_label_skew", "client_keys", "label_skew_builder",
+    "minority_classes", "server_rows",
 ]
 
 #: Seed of the public generator that splits a table into clients and server pool.
@@ -137,3 +140,34 @@ def build_label_skew(
         x, keys.astype(str), held, y=y, min_points=min_points, max_clients=max_clients,
         max_points=max_points,
     )
+
+
+def label_skew_builder(
+    features: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+    labels: Callable[[Mapping[str, np.ndarray]], np.ndarray],
+    *,
+    num_clients: int,
+    alpha: float,
+    server_fraction: float,
+) -> Callable[..., Federation]:
+    """A data set's ``build(columns, holdout, *, min_points, max_clients, max_points)``.
+
+    ``features`` and ``labels`` turn the table's columns into ``x`` (n, d) and ``y``
+    (n,); the partition constants are the data set's (public).
+    """
+
+    def build(
+        columns: Mapping[str, np.ndarray],
+        holdout: tuple[str, str],
+        *,
+        min_points: int = 1,
+        max_clients: int = 0,
+        max_points: int = 0,
+    ) -> Federation:
+        return build_label_skew(
+            features(columns), np.asarray(labels(columns), dtype=np.int64), holdout,
+            num_clients=num_clients, alpha=alpha, server_fraction=server_fraction,
+            min_points=min_points, max_clients=max_clients, max_points=max_points,
+        )
+
+    return build

@@ -202,7 +202,7 @@ def resolve_auto(
         server_only = replace(best, algorithm="server-lloyds",
                               privacy=replace(best.privacy, lloyds_steps=0))
         ours, theirs = costs_of(best, FINAL_REPS), costs_of(server_only, FINAL_REPS)
-        wins = sum(a < b for a, b in zip(ours, theirs))
+        wins = sum(a < b for a, b in zip(ours, theirs, strict=True))
         record["candidates"].append({"stage": SERVER_ONLY,
                                      "simulated_cost": float(np.mean(theirs))})
         record["final_comparison"] = {"private": ours, "server_only": theirs, "wins": wins,
@@ -261,7 +261,7 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
     unit = tuple(replace(r, sensitivity=1.0) for r in plan)
     releases = _calibrate_unit(unit, p.epsilon, p.delta)
     return [replace(r, sensitivity=q.sensitivity, noise_scale=r.noise_scale * q.sensitivity)
-            for r, q in zip(releases, plan)]
+            for r, q in zip(releases, plan, strict=True)]
 
 
 @lru_cache(maxsize=64)

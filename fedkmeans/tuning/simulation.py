@@ -17,9 +17,11 @@ from the k-means clusters of the clients' part with its own Dirichlet(1/2) mixtu
 weights, so the simulated population weights the clusters differently from the
 server. A simulated point is ``a + u (b - a)`` for two random points ``a, b`` of one
 cluster and ``u ~ U(0, 1)``: distinct points with the cluster's spread, not copies
-of a few server points (copies make every statistic look less noisy than it is). A federation larger than ``max_points`` is simulated
-with a fraction ``s`` of the clients and every noise scale multiplied by ``s``: the
-sums shrink by ``s`` too, so the signal-to-noise ratio of every release is kept.
+of a few server points (copies make every statistic look less noisy than it is).
+
+A federation larger than ``max_points`` is simulated with a fraction ``s`` of the
+clients and every noise scale multiplied by ``s``: the sums shrink by ``s`` too, so
+the signal-to-noise ratio of every release is kept.
 """
 
 from __future__ import annotations
