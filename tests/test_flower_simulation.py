@@ -65,3 +65,23 @@ def test_experiment_flower_engine_matches_inprocess_on_a_sharded_federation(
                           "output-dir": str(tmp_path / "inprocess")})
     np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
     assert Path(flower["result_path"]).exists()
+
+
+def test_auto_settings_reach_the_supernodes(small_config, tmp_path):
+    """`auto` Δ and client-level bounds: chosen on the server, sent to every node.
+
+    Under `flwr run` the nodes read `auto` in their run config; they clip with the values
+    the server sends with each request, so both engines give the same bits.
+    """
+    flat = {**small_config, "privacy.level": "client", "privacy.epsilon": 8.0,
+            "privacy.reproducible-noise": True, "privacy.data-radius": "auto",
+            **{f"privacy.clip-{s}": "auto" for s in ("covariance", "histogram", "sums",
+                                                     "counts")}}
+    flower = run_flat({**flat, "federation.engine": "flower", "federation.num-nodes": 3,
+                       "output-dir": str(tmp_path / "flower")})
+    inprocess = run_flat({**flat, "output-dir": str(tmp_path / "inprocess")})
+    assert flower["tuning"]["chosen"] == inprocess["tuning"]["chosen"]
+    assert flower["tuning"]["chosen"]["algorithm"] == "feddp-kmeans"
+    np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
+    radius = flower["tuning"]["chosen"]["data_radius"]
+    assert 0 < radius < small_config["privacy.data-radius"] * 10
