@@ -45,8 +45,16 @@ ALGORITHM_COLOURS = {name: f"C{i}" for i, name in enumerate(ALGORITHM_ORDER)}
 OTHER_COLOUR = "0.5"
 
 
+#: Suffix of an algorithm's label in runs whose split and T were ``auto`` (``tuning=auto``),
+#: so a sweep over ``tuning=none,auto`` draws and tabulates the two apart.
+AUTO_SUFFIX = " (auto)"
+
+
 def algorithm_colour(name: str) -> str:
-    """The fixed colour of ``name`` (:data:`ALGORITHM_COLOURS`)."""
+    """The fixed colour of ``name`` (:data:`ALGORITHM_COLOURS`); ``(auto)`` runs shifted."""
+    if name.endswith(AUTO_SUFFIX):
+        base = ALGORITHM_COLOURS.get(name.removesuffix(AUTO_SUFFIX))
+        return OTHER_COLOUR if base is None else f"C{(int(base[1:]) + 6) % 10}"
     return ALGORITHM_COLOURS.get(name, OTHER_COLOUR)
 
 
@@ -73,7 +81,8 @@ def _eps_label(eps: float) -> str:
 
 def _algorithms(rows: Sequence[dict]) -> list[str]:
     names = {r["algorithm"] for r in rows}
-    return [a for a in ALGORITHM_ORDER if a in names] + sorted(names - set(ALGORITHM_ORDER))
+    order = [n for a in ALGORITHM_ORDER for n in (a, a + AUTO_SUFFIX)]
+    return [a for a in order if a in names] + sorted(names - set(order))
 
 
 class Group:
@@ -112,6 +121,8 @@ def load(sweep_dir: Path) -> list[dict]:
         r["_eps"] = math.inf if eps is None else eps
         r.setdefault("data.name", "?")
         r.setdefault("privacy.level", "datapoint")
+        if r.get("privacy.split") == "auto" and r.get("privacy.lloyds-steps") == "auto":
+            r["algorithm"] = r.get("algorithm", "?") + AUTO_SUFFIX
     return rows
 
 

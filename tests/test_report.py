@@ -92,3 +92,24 @@ def test_an_algorithm_keeps_its_colour_in_every_report():
     assert algorithm_colour("feddp-kmeans") == "C0" and algorithm_colour("kfed") == "C4"
     assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS)
     assert algorithm_colour("something-new") == "0.5"
+
+
+def test_tuning_auto_runs_are_reported_apart(tmp_path):
+    from fedkmeans.report import algorithm_colour, load
+
+    sweep = _fixture(tmp_path / "sweep")
+    path = sweep / "results.csv"
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows[:2]:  # the two seeds of data-point FedDP-KMeans at epsilon 0.1
+        r["privacy.split"], r["privacy.lloyds-steps"] = "auto", "auto"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    labels = [r["algorithm"] for r in load(sweep)]
+    assert labels[:3] == ["feddp-kmeans (auto)", "feddp-kmeans (auto)", "feddp-kmeans"]
+    assert algorithm_colour("feddp-kmeans (auto)") not in (
+        algorithm_colour("feddp-kmeans"), algorithm_colour("server-lloyds"))
+    report(sweep)
+    assert "| feddp-kmeans (auto) |" in (sweep / "report.md").read_text()
