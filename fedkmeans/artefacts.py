@@ -91,6 +91,11 @@ def diagnostics_view(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def json_number(value: float) -> float | str:
+    """A number for a result file: ``inf`` (a non-private epsilon) as the string 'inf'."""
+    return "inf" if math.isinf(value) else float(value)
+
+
 def strict_json(value: Any, path: str = "", nulls: dict[str, str] | None = None) -> Any:
     """``value`` with every NaN or infinite float replaced by ``None``.
 

@@ -22,7 +22,7 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters
 from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans import wire
-from fedkmeans.config import CLIENT_KEYS, parse_config
+from fedkmeans.config import CLIENT_SETTINGS, parse_config
 from fedkmeans.node import STAGE_STATISTICS, NodeData
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
@@ -33,8 +33,6 @@ app = ClientApp()
 #: them). Cleared when the run config changes; bounded by federation.node-cache-mb.
 _NODES: OrderedDict[tuple, NodeData] = OrderedDict()
 _RUN_KEY: list[tuple] = []
-#: Request settings a node takes over from the server (the resolved clip settings).
-RESOLVED_KEYS = frozenset("privacy." + name.replace("_", "-") for name in CLIENT_KEYS)
 
 
 def node_data(context: Context, settings: dict | None = None) -> NodeData:
@@ -55,7 +53,7 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
     data_path = str(node_config.get("data-path", ""))
     run_config = dict(context.run_config)
     run_config.update({key: value for key, value in (settings or {}).items()
-                       if key in RESOLVED_KEYS})
+                       if key in CLIENT_SETTINGS})
     run_key = tuple(sorted(run_config.items()))
     if _RUN_KEY != [run_key]:  # a new run: forget the previous run's data
         _NODES.clear()

@@ -55,6 +55,8 @@ AUTO_KEYS = (
 #: The settings nodes clip with: when ``auto``, the server resolves them and sends the
 #: values with every request.
 CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
+#: Their flat keys (as requests carry them) -> attribute names.
+CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
 PARTITIONS = ("iid", "dirichlet")
 PRIVACY_LEVELS = ("datapoint", "client")
 COUNT_NOISES = ("laplace", "gaussian")
@@ -379,9 +381,8 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
     if key.startswith("privacy.") and key[8:].replace("-", "_") in AUTO_KEYS:
         if isinstance(raw, str) and raw.strip().lower() == AUTO:
             return AUTO
-        if default == AUTO:  # a number given for a setting whose default is auto
-            default = 0 if key == "privacy.lloyds-steps" else (
-                (0.0,) if key == "privacy.split" else 0.0)
+        if default == AUTO:  # a number for a threshold (the only settings auto by default)
+            default = 0.0
     try:
         if isinstance(default, bool):
             if isinstance(raw, str):

@@ -14,7 +14,7 @@ from pathlib import Path
 from flwr.serverapp import Grid
 
 from fedkmeans import data as data_access
-from fedkmeans.artefacts import RESULT_FILE, write_artefacts
+from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
@@ -89,7 +89,8 @@ def _run_claimed(
     config, tuning = resolve_auto(config, server_x, int(pool.client_ids.size))
     timings["tuning"] = time.perf_counter() - t0
     pool.settings = client_settings(config)
-    plan = release_plan(config.algorithm, config.privacy, subspace=k_needed < pool.dim)
+    subspace = k_needed < pool.dim  # k >= d: FedDP-Init step 1 has nothing to find
+    plan = release_plan(config.algorithm, config.privacy, subspace=subspace)
     t0 = time.perf_counter()
     epsilon = config.privacy.epsilon if config.is_private else math.inf
     releases = calibrate(plan, epsilon=epsilon, delta=config.privacy.delta) if plan else []
@@ -113,7 +114,7 @@ def _run_claimed(
         server_x=server_x,
         releases={r.stage: r for r in releases},
         observers=observers,
-        expected_rounds=_expected_rounds(config, subspace=k_needed < pool.dim),
+        expected_rounds=_expected_rounds(config, subspace=subspace),
     )
     randomness = ctx.private_randomness
     if config.is_private and not randomness.is_secure:
@@ -141,9 +142,10 @@ def _run_claimed(
         "centers": centers.tolist(),
         "privacy": {
             "level": config.privacy.level,
-            "epsilon": _number(spent),
+            "epsilon": json_number(spent),
             "delta": config.privacy.delta,
-            "target_epsilon": _number(config.privacy.epsilon if config.is_private else math.inf),
+            "target_epsilon": json_number(
+                config.privacy.epsilon if config.is_private else math.inf),
             "releases": [r.to_dict() for r in ctx.accountant.releases],
             "non_private_releases": ctx.non_private,
             "aggregation": config.privacy.aggregation,
@@ -234,11 +236,6 @@ def _guarantee(config: ExperimentConfig, spent: float, ctx: ServerContext) -> st
     if not ctx.private_randomness.is_secure:
         sentence += ", only against someone who does not know the seed"
     return sentence
-
-
-def _number(value: float) -> float | str:
-    """JSON has no infinity: write it as the string 'inf'."""
-    return "inf" if math.isinf(value) else float(value)
 
 
 def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:

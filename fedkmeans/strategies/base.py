@@ -183,9 +183,17 @@ class ServerContext:
         return integer_seed(self.config.seed, *path)
 
     def sample(self, round_name: str) -> np.ndarray:
-        """Clients of one round (Poisson sampling at ``privacy.sampling-rate``)."""
+        """Clients of one round: Poisson sampling at ``privacy.sampling-rate``.
+
+        Each registered client independently with probability q (every client when
+        q = 1 or the run is not private), from the private randomness.
+        """
+        ids = self.pool.client_ids
         rate = self.config.privacy.sampling_rate if self.config.is_private else 1.0
-        return self.pool.sample(rate, self.private_randomness.generator("sampling", round_name))
+        if rate >= 1.0:
+            return ids
+        rng = self.private_randomness.generator("sampling", round_name)
+        return ids[rng.random(ids.size) < rate]
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:

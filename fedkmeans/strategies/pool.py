@@ -147,13 +147,6 @@ class ClientPool:
         """All registered client ids, sorted."""
         return np.sort(np.concatenate(list(self.node_clients.values())))
 
-    def sample(self, rate: float, rng: np.random.Generator) -> np.ndarray:
-        """Poisson sampling: each client independently with probability ``rate``."""
-        ids = self.client_ids
-        if rate >= 1.0:
-            return ids
-        return ids[rng.random(ids.size) < rate]
-
     # -- rounds ---------------------------------------------------------------------
     def query(
         self,

@@ -25,9 +25,10 @@ What ``auto`` means per setting
     ``min-server-weight`` and ``min-cluster-count``: left ``auto``; the strategy sets
     them from each release's noise scale (:mod:`fedkmeans.tuning.thresholds`).
 
-The search is coordinate-wise to stay cheap: the clip factor first (paper split,
-T = 0), then the split, then T, each candidate scored by its mean simulated cost
-over :data:`REPS` resampled federations (common to all candidates).
+The search is coordinate-wise to stay cheap: the client-level bound quantile first
+(paper split, T = 0), then the split, then T, each candidate scored by its mean
+simulated cost over :data:`REPS` resampled federations (common to all candidates);
+then the guard's :data:`FINAL_REPS` paired simulations.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedkmeans.artefacts import json_number
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import squared_distances
-from fedkmeans.config import AUTO, CLIENT_KEYS, ExperimentConfig
+from fedkmeans.config import AUTO, CLIENT_KEYS, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
@@ -70,8 +72,7 @@ SERVER_ONLY = "server-only"
 
 def client_settings(config: ExperimentConfig) -> dict[str, float]:
     """The resolved settings nodes clip with, as flat ``privacy.*`` keys."""
-    return {"privacy." + name.replace("_", "-"): float(getattr(config.privacy, name))
-            for name in CLIENT_KEYS}
+    return {key: float(getattr(config.privacy, name)) for key, name in CLIENT_SETTINGS.items()}
 
 
 def resolve_auto(
@@ -112,7 +113,7 @@ def resolve_auto(
             "num_clients_from": "privacy.public-num-clients" if declared
             else "registration (treated as public)",
             "max_points_per_client": privacy.max_points_per_client,
-            "level": privacy.level, "epsilon": _number(privacy.epsilon),
+            "level": privacy.level, "epsilon": json_number(privacy.epsilon),
             "delta": privacy.delta, "k": config.largest_k[1],
         },
         "note": "chosen from the server's data and declared public facts only; no client "
@@ -284,7 +285,3 @@ def _finish(config: ExperimentConfig, record: dict):
         "min_server_weight": p.min_server_weight, "min_cluster_count": p.min_cluster_count,
     }
     return config, record
-
-
-def _number(value: float) -> float | str:
-    return "inf" if math.isinf(value) else float(value)

@@ -155,11 +155,6 @@ class SimulatedPool:
         """Simulated client ids."""
         return self.node.client_ids
 
-    def sample(self, rate: float, rng: np.random.Generator) -> np.ndarray:
-        """Poisson sampling, as :meth:`ClientPool.sample`."""
-        ids = self.client_ids
-        return ids if rate >= 1.0 else ids[rng.random(ids.size) < rate]
-
     def query(self, stage, clients, arrays, expected, config=None, round_name=None,
               fold=None) -> Replies:
         """The clients' stacked rows for ``stage`` (``fold`` is not needed here)."""
