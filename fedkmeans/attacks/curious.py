@@ -42,6 +42,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -125,6 +126,13 @@ class CuriousServer:
     releases: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _pending: dict[str, list] = field(default_factory=dict, repr=False)
 
+    #: Key of :meth:`report`'s section in ``result.json``.
+    result_key: ClassVar[str] = "attack"
+
+    def on_start(self, config: ExperimentConfig) -> None:
+        """Take the run's resolved settings (``auto`` replaced), before any round."""
+        self.config = config
+
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
         """Keep what the server sent in ``round_name`` and to which clients."""
         self.broadcasts[round_name] = {**arrays, "client_ids": clients}
@@ -168,6 +176,11 @@ class CuriousServer:
         """The count threshold the attacks' re-simulation uses (1 for ``auto``)."""
         value = self.config.privacy.min_cluster_count
         return 1.0 if value == AUTO else float(value)
+
+    @staticmethod
+    def summary_lines(report: dict) -> list[str]:
+        """The console lines of :meth:`report`'s result (:func:`summary_table`)."""
+        return summary_table(report)
 
     def report(self, *, centers: np.ndarray, result: dict) -> dict:
         """Run the one-run attacks; return their metrics (no data values).
