@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
+from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.strategies.aggregation import Fold, RunningSums
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
@@ -102,16 +103,9 @@ class ClientPool:
             disagreeing on the feature dimension.
         """
         wanted = self.federation.num_nodes
-        deadline = time.monotonic() + wait_seconds
-        node_ids = sorted(self.grid.get_node_ids())
-        while wanted and len(node_ids) < wanted:
-            if time.monotonic() > deadline:
-                raise FederationError(
-                    f"only {len(node_ids)} of federation.num-nodes={wanted} nodes connected "
-                    f"within {wait_seconds:.0f} s"
-                )
-            time.sleep(1.0)
-            node_ids = sorted(self.grid.get_node_ids())
+        node_ids = wait_for_nodes(self.grid, wanted, wait_seconds, lambda connected: (
+            FederationError(f"only {connected} of federation.num-nodes={wanted} nodes "
+                            f"connected within {wait_seconds:.0f} s")))
         if not node_ids:
             raise FederationError("no node is connected to the SuperLink")
         replies = self._send({nid: pack({}) for nid in node_ids}, "register")
@@ -397,30 +391,12 @@ class ClientPool:
     def _send(
         self, contents: dict[int, object], stage: str, round_name: str | None = None
     ) -> dict[int, Message]:
-        if not contents:
-            return {}
-        round_name = round_name or stage
-        messages = [
-            Message(content, dst_node_id=nid, message_type=f"query.{stage}", group_id=stage)
-            for nid, content in contents.items()
-        ]
-        out: dict[int, Message] = {}
-        replies = self.grid.send_and_receive(messages, timeout=self.federation.round_timeout)
-        # The grid gives every sent message its id. An error reply the SuperLink makes
-        # for a lost node ("Node Unavailable") comes from the SuperLink's own node id,
-        # so a reply is attributed to the node its request went to.
-        sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        for reply in replies:
-            nid = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
-            if reply.has_error():
-                self._reject(nid, round_name, f"error reply: {reply.error.reason}")
-            else:
-                out[nid] = reply
-        missing = sorted(set(contents) - set(out))
-        for nid in missing:
-            if not any(r["node"] == nid and r["round"] == round_name for r in self.rejected):
-                self._reject(nid, round_name, "no reply before federation.round-timeout")
-        return out
+        """Ask each node once (:func:`fedkmeans.grid_io.ask_nodes`); reject the failures."""
+        replies, failures = ask_nodes(self.grid, contents, stage, self.federation.round_timeout)
+        for nid, reason in failures.items():
+            self._reject(nid, round_name or stage, "no reply before federation.round-timeout"
+                         if reason == NO_REPLY else reason)
+        return replies
 
 
 #: Seconds between two pulls while no reply has arrived.
