@@ -64,7 +64,7 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 

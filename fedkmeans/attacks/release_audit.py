@@ -56,7 +56,7 @@ from fedkmeans.privacy.budget import release_plan, statistic_bounds
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.strategies.aggregation import clipped_sum
 from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 __all__ = ["AUDITED", "LEVELS", "Neighbours", "ReleaseAuditResult", "audit_release",
            "worst_neighbours"]

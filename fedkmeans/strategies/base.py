@@ -28,7 +28,8 @@ from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
-from fedkmeans.strategies.pool import ClientPool, Replies
+from fedkmeans.strategies.pool import ClientPool
+from fedkmeans.strategies.replies import Replies
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread, weight_threshold
 
 LOG = logging.getLogger(__name__)

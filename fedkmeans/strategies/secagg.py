@@ -20,7 +20,7 @@ module bridges it into our own ``@app.main()`` protocol
   up to the calibrated variance), and the run stops with :class:`FederationError`.
 
 The server never holds a client's or a node's statistic: the returned
-:class:`~fedkmeans.strategies.pool.Replies` carries only the noisy sums (one row,
+:class:`~fedkmeans.strategies.replies.Replies` carries only the noisy sums (one row,
 ``aggregated = True``) and the effective noise scale of each release.
 
 Security notes (docs/secagg.md): honest-but-curious server (Flower's SecAgg+ has no
@@ -60,7 +60,8 @@ from fedkmeans.privacy.distributed import (
     share_std,
     tail_probability,
 )
-from fedkmeans.strategies.pool import ClientPool, FederationError, Replies
+from fedkmeans.strategies.pool import ClientPool, FederationError
+from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.strategies import ServerContext, build_strategy
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 __all__ = ["SimulatedFederation", "SimulatedPool", "simulate_cost", "simulated_federation"]
 
