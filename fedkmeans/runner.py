@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from flwr.serverapp import Grid
@@ -129,7 +130,7 @@ def _run_claimed(
     evaluation = federated_metrics(pool, centers)
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    chosen = ctx.config  # k = auto: the strategy set the k it chose
+    chosen = replace(config, k=ctx.k)  # k = auto: the k the strategy chose
     best = optimal_cost(chosen)
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start

@@ -68,6 +68,8 @@ class ServerContext:
     expected_rounds: int = 0
     #: Log a progress line per round (the tuning's simulated runs do not).
     progress: bool = True
+    #: The k chosen by the strategy with ``k = auto`` (:meth:`choose_k`), else None.
+    chosen_k: int | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -120,8 +122,12 @@ class ServerContext:
 
     @property
     def k(self) -> int:
-        """Number of clusters."""
-        return self.config.k
+        """Number of clusters: ``config.k``, or the k chosen with ``k = auto``."""
+        return self.chosen_k if self.chosen_k is not None else self.config.k
+
+    def choose_k(self, k: int) -> None:
+        """Record the k a strategy chose (``k = auto``): later rounds and the result use it."""
+        self.chosen_k = int(k)
 
     def min_server_weight(self, stage: str) -> float:
         """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.

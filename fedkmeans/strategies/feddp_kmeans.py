@@ -27,8 +27,6 @@ step 3 and the Lloyds steps then use the chosen k.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from fedkmeans.clustering import (
@@ -99,7 +97,7 @@ class FedDPKMeans(Strategy):
         fallback = step2.get("server_estimate", projected_centers @ basis)
         if auto:  # step 3, the Lloyds steps and the evaluation use the chosen k
             k = projected_centers.shape[0]
-            ctx.config = replace(ctx.config, k=k)
+            ctx.choose_k(k)
 
         def centers() -> dict[str, np.ndarray]:
             replies = ctx.query(
