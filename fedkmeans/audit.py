@@ -79,10 +79,10 @@ from fedkmeans.clustering.client_stats import (
 )
 from fedkmeans.config import PrivacyConfig
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
+from fedkmeans.stages import release_plan
 
 __all__ = [
     "MECHANISMS",

@@ -19,9 +19,9 @@ from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
+from fedkmeans.stages import protocol, release_plan
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.tuning.resolve import client_settings, resolve_auto
@@ -208,8 +208,8 @@ def _run_claimed(
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
-    init = {"feddp-kmeans": 2 + subspace, "kfed": 1}.get(config.algorithm, 0)
-    return init + (0 if config.algorithm == "kfed" else config.privacy.lloyds_steps)
+    return len(protocol(config.algorithm).rounds(config.privacy.lloyds_steps,
+                                                 full_rank=not subspace))
 
 
 def _answering_everywhere(pool: ClientPool) -> int:

@@ -61,9 +61,9 @@ from fedkmeans.attacks.reconstruction import attack_client_reply
 from fedkmeans.attacks.scoring import membership_summary
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.node import NodeData
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.stages import stage_of_round, statistic_bounds
 from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
@@ -341,9 +341,9 @@ class CuriousServer:
         stages, final_round, fallback = [], None, None
         for name in rounds:
             replies, sent = self.replies[name], self.broadcasts[name]
-            reply_in = _client_reply(node_in, cid, replies.stats, sent)
+            reply_in = _client_reply(node_in, cid, replies.stats, sent, name)
             reply_out = (
-                _client_reply(node_out, cid, replies.stats, sent) if node_out is not None
+                _client_reply(node_out, cid, replies.stats, sent, name) if node_out is not None
                 else {s: np.zeros_like(v) for s, v in reply_in.items()}
             )
             for stat, value in reply_in.items():
@@ -580,18 +580,10 @@ def _assignment(sent: dict) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _client_reply(
-    node: NodeData, cid: int, stats: dict, sent: dict
+    node: NodeData, cid: int, stats: dict, sent: dict, round_name: str
 ) -> dict[str, np.ndarray]:
-    """The real client code's reply of ``cid`` for the round's statistics."""
-    if "covariance" in stats:
-        reply = node.covariance([cid])
-    elif "histogram" in stats:
-        reply = node.histogram([cid], sent["basis"], sent["projected_server"])
-    elif "sums" in stats:
-        centers, basis = _assignment(sent)
-        reply = node.sums_counts([cid], centers, basis)
-    else:
-        raise ValueError(f"no released statistic among {sorted(stats)}")
+    """The real client code's reply of ``cid`` in ``round_name`` (its stage's ``client``)."""
+    reply = stage_of_round(round_name).client(node, [cid], sent)
     return {name: value[0] for name, value in reply.items() if name in stats}
 
 

@@ -52,8 +52,8 @@ from fedkmeans.attacks.membership import release_llr
 from fedkmeans.config import ExperimentConfig, PrivacyConfig
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.accountant import PrivacyAccountant
-from fedkmeans.privacy.budget import release_plan, statistic_bounds
 from fedkmeans.privacy.calibration import calibrate
+from fedkmeans.stages import release_plan, statistic_bounds
 from fedkmeans.strategies.aggregation import clipped_sum
 from fedkmeans.strategies.base import ServerContext
 from fedkmeans.strategies.replies import Replies

@@ -23,10 +23,11 @@ import numpy as np
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.stages import statistic_bounds
+from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.strategies.replies import Replies
@@ -327,8 +328,6 @@ class Strategy(ABC):
 
     def run(self, ctx: ServerContext) -> np.ndarray:
         """Initialise, then refine with ``privacy.lloyds-steps`` FedDP-Lloyds steps."""
-        from fedkmeans.strategies.lloyds import lloyds_step
-
         centers = self.initial_centers(ctx)
         for step in range(1, ctx.config.privacy.lloyds_steps + 1):
             centers = lloyds_step(ctx, centers, step)

@@ -49,7 +49,6 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.distributed import (
     MODULUS_RANGE,
     decode_sum,
@@ -60,6 +59,7 @@ from fedkmeans.privacy.distributed import (
     share_std,
     tail_probability,
 )
+from fedkmeans.stages import statistic_bounds
 from fedkmeans.strategies.pool import ClientPool, FederationError
 from fedkmeans.strategies.replies import Replies
 
