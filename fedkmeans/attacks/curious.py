@@ -371,7 +371,8 @@ class CuriousServer:
                 aggregate_out = before - clip(observed) + clip(reply_out[stat])
                 stages.append(StageTrace(
                     stage=stage,
-                    mechanism=entry["mechanism"] if entry else _default_mechanism(stat),
+                    mechanism=entry["mechanism"] if entry else _planned_mechanism(
+                        config, name, stat),
                     sensitivity=entry["sensitivity"] if entry else 1.0,
                     noise_scale=entry["noise_scale"] if entry else 0.0,
                     symmetric=stat == "covariance",
@@ -587,8 +588,10 @@ def _client_reply(
     return {name: value[0] for name, value in reply.items() if name in stats}
 
 
-def _default_mechanism(statistic: str) -> str:
-    return "gaussian" if statistic in ("covariance", "sums") else "laplace"
+def _planned_mechanism(config: ExperimentConfig, round_name: str, statistic: str) -> str:
+    """The mechanism the round's stage plans for ``statistic`` (a run without noise)."""
+    rules = stage_of_round(round_name).releases
+    return next(r.mechanism(config.privacy) for r in rules if r.statistic.name == statistic)
 
 
 def build_curious_server(config: ExperimentConfig) -> CuriousServer:

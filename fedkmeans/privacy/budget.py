@@ -57,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fedkmeans.config import PrivacyConfig
+from fedkmeans.privacy import registry
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,9 @@ class StatisticBound:
     l2_sensitivity: float
 
     def sensitivity(self, mechanism: str) -> float:
-        """The sensitivity a release of this statistic with ``mechanism`` must use."""
-        return self.l1_sensitivity if mechanism == "laplace" else self.l2_sensitivity
+        """The sensitivity a release with ``mechanism`` must use (in its norm)."""
+        return self.l1_sensitivity if registry.mechanism(mechanism).order == 1 \
+            else self.l2_sensitivity
 
 
 #: Lipschitz constant (l1, l2) of the server's clip in the norm of each release: the

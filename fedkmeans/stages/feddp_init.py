@@ -40,15 +40,13 @@ from fedkmeans.clustering import (
     weighted_kmeans,
 )
 from fedkmeans.clustering.elbow import choose_k
-from fedkmeans.privacy.accountant import MECHANISMS
+from fedkmeans.privacy.registry import GAUSSIAN, LAPLACE
 from fedkmeans.stages.lloyds import COUNTS, SUMS
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 from fedkmeans.wire import TRIANGLE
 
 __all__ = ["COVARIANCE", "HISTOGRAM", "PROJECTED_CENTERS", "SERVER_WEIGHTS", "SUBSPACE",
            "initial_centers"]
-
-GAUSSIAN, LAPLACE = MECHANISMS
 
 COVARIANCE = Statistic(
     "covariance", "l2", per_point=lambda radius: (math.inf, radius**2),
@@ -159,7 +157,7 @@ SUBSPACE = register(Stage(
     wire=lambda node, clients, a: {
         COVARIANCE.name + TRIANGLE: node.covariance_triangles(clients)["covariance"]},
     server=find_subspace,
-    releases=(ReleaseRule(COVARIANCE, lambda p: GAUSSIAN, lambda p: p.split[0]),),
+    releases=(ReleaseRule(COVARIANCE, lambda p: GAUSSIAN.name, lambda p: p.split[0]),),
     skipped_when_full_rank=True,
 ))
 SERVER_WEIGHTS = register(Stage(
@@ -169,7 +167,7 @@ SERVER_WEIGHTS = register(Stage(
     server=weigh_server_points,
     # SecAgg: every release is a sum of Gaussian noise shares (Laplace does not split)
     releases=(ReleaseRule(
-        HISTOGRAM, lambda p: GAUSSIAN if p.aggregation == "secagg" else LAPLACE,
+        HISTOGRAM, lambda p: GAUSSIAN.name if p.aggregation == "secagg" else LAPLACE.name,
         lambda p: p.split[1]),),
 ))
 PROJECTED_CENTERS = register(Stage(
@@ -178,7 +176,7 @@ PROJECTED_CENTERS = register(Stage(
         clients, a["projected_centers"], a["basis"]),
     server=centers_from_clients,
     releases=(
-        ReleaseRule(SUMS, lambda p: GAUSSIAN, lambda p: p.split[2]),
+        ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.split[2]),
         ReleaseRule(COUNTS, lambda p: p.count_noise, lambda p: p.split[3]),
     ),
 ))

@@ -26,12 +26,10 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import centers_from_sums
-from fedkmeans.privacy.accountant import MECHANISMS
+from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 
 __all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
-
-GAUSSIAN = MECHANISMS[0]
 
 SUMS = Statistic(
     "sums", "l2", per_point=lambda radius: (math.inf, radius),
@@ -73,7 +71,7 @@ LLOYDS = register(Stage(
     client=lambda node, clients, a: node.sums_counts(clients, a["centers"]),
     server=lloyds_step,
     releases=(
-        ReleaseRule(SUMS, lambda p: GAUSSIAN, lambda p: p.lloyds_split[0]),
+        ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.lloyds_split[0]),
         ReleaseRule(COUNTS, lambda p: p.count_noise, lambda p: p.lloyds_split[1]),
     ),
 ))

@@ -22,8 +22,8 @@ import numpy as np
 
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.stages import statistic_bounds
@@ -299,15 +299,13 @@ class ServerContext:
         else:
             total = clipped_sum(values, bound.server_bound, bound.norm)
         release = self.releases[stage]
-        if release.mechanism == "gaussian":
-            mechanism = GaussianMechanism(release.sensitivity, release.noise_scale)
-        else:
-            mechanism = LaplaceMechanism(release.sensitivity, release.noise_scale)
+        noise = registry.mechanism(release.mechanism).build(
+            release.sensitivity, release.noise_scale)
         rng = self.private_randomness.generator("noise", stage)
         if symmetric:
-            noisy = mechanism.add_symmetric_noise(total, rng)
+            noisy = noise.add_symmetric_noise(total, rng)
         else:
-            noisy = mechanism.add_noise(total, rng)
+            noisy = noise.add_noise(total, rng)
         self.accountant.record(release)
         self._notify(stage, total, noisy)
         return noisy

@@ -59,6 +59,7 @@ from fedkmeans.privacy.distributed import (
     share_std,
     tail_probability,
 )
+from fedkmeans.privacy.registry import mechanism
 from fedkmeans.stages import statistic_bounds
 from fedkmeans.strategies.pool import ClientPool, FederationError
 from fedkmeans.strategies.replies import Replies
@@ -238,7 +239,7 @@ class SecAggAggregator:
         per_stat: dict[str, dict] = {}
         for name in stats:
             release = self.releases[f"{round_name}/{name}"]
-            if release.mechanism != "gaussian":
+            if not mechanism(release.mechanism).additive_shares:
                 raise FederationError(
                     f"release '{release.stage}' has {release.mechanism} noise; distributed "
                     "noise needs Gaussian shares (privacy.count-noise='gaussian')"
