@@ -20,8 +20,8 @@ from results_table import write_tables
 from fedkmeans.attacks.ledger_check import recompute_epsilon
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.accountant import PrivacyAccountant
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
+from fedkmeans.stages import release_plan
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 

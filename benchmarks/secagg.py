@@ -31,10 +31,10 @@ from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.distributed import node_contribution
 from fedkmeans.runner import run_server
 from fedkmeans.seeding import generator
+from fedkmeans.stages import statistic_bounds
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 

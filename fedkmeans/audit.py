@@ -78,11 +78,12 @@ from fedkmeans.clustering.client_stats import (
     upper_triangle,
 )
 from fedkmeans.config import PrivacyConfig
+from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
+from fedkmeans.stages import release_plan
 
 __all__ = [
     "MECHANISMS",
@@ -159,7 +160,7 @@ class CanaryGame:
             diff = self.aggregate_in[r.stage] - self.aggregate_out[r.stage]
             if r.stage.endswith("covariance"):
                 diff = upper_triangle(diff)
-            order = 1 if r.mechanism == "laplace" else 2
+            order = registry.mechanism(r.mechanism).order
             out[r.stage] = float(np.linalg.norm(diff.ravel(), ord=order))
         return out
 
@@ -209,9 +210,9 @@ def _float_llr(
     a, b = np.ravel(mean_in), np.ravel(mean_out)
     changed = np.flatnonzero(a != b)
     y, a, b = y[:, changed], a[changed], b[changed]
-    if mechanism == "gaussian":
-        return (((y - b) ** 2).sum(axis=1) - ((y - a) ** 2).sum(axis=1)) / (2 * noise_scale**2)
-    return (np.abs(y - b).sum(axis=1) - np.abs(y - a).sum(axis=1)) / noise_scale
+    p = registry.mechanism(mechanism).order  # log-density -|x|^p / (p s^p)
+    return ((np.abs(y - b) ** p).sum(axis=1) - (np.abs(y - a) ** p).sum(axis=1)) / (
+        p * noise_scale**p)
 
 
 def _planned(
@@ -239,7 +240,7 @@ def canary_game(
     dim: int = 20,
     k: int = 10,
     base_points: int = 50,
-    count_noise: str = "laplace",
+    count_noise: str = registry.LAPLACE.name,
     budget: str = "standalone",
     under_noise: bool = False,
     seed: int = 0,
@@ -261,7 +262,8 @@ def canary_game(
         Dimension (>= 1) and number of clusters (>= 1) of the audited statistics.
     base_points : int
         Size of the fixed dataset D (>= 1).
-    count_noise : {"laplace", "gaussian"}
+    count_noise : str
+        The counts' mechanism (a name of :data:`fedkmeans.privacy.registry.MECHANISMS`).
     budget : {"standalone", "run"}
     under_noise : bool
         Calibrate the step-1 noise to Delta instead of Delta^2 (a planted bug).
@@ -276,8 +278,9 @@ def canary_game(
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
-    if count_noise not in ("laplace", "gaussian"):
-        raise ValueError(f"count_noise must be one of ('laplace', 'gaussian'), got {count_noise!r}")
+    if count_noise not in registry.MECHANISMS:
+        raise ValueError(
+            f"count_noise must be one of {tuple(registry.MECHANISMS)}, got {count_noise!r}")
     if under_noise and mechanism != "covariance":
         raise ValueError(
             f"under_noise plants the step-1 bug and needs mechanism='covariance', got {mechanism!r}"
@@ -476,7 +479,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-radius", type=float, default=11.0, help="clipping bound Delta")
     p.add_argument("--dim", type=int, default=20, help="dimension of the statistics")
     p.add_argument("--k", type=int, default=10, help="number of clusters")
-    p.add_argument("--count-noise", choices=("laplace", "gaussian"), default="laplace")
+    p.add_argument("--count-noise", choices=tuple(registry.MECHANISMS),
+                   default=registry.LAPLACE.name)
     p.add_argument("--under-noise", action="store_true",
                    help="plant docs/facts.md 'Reference bug 1': step-1 noise "
                         "calibrated to Delta, not Delta^2")

@@ -11,12 +11,12 @@ its own seed path, so the result is identical to an uninterrupted run).
 
 A checkpoint is bound to
 
-* the configuration (:func:`config_digest`), and
-* the data (:func:`data_fingerprint`): the sha256 of every data file the server can
-  read (``data.path``), the parameters of generated data (the ``data.*`` keys and the
-  seed) and the name and version of the package a real data set comes from. The data
-  files of deployment nodes (their own ``data-path``) are not visible to the server
-  and are not part of it.
+* the configuration (:func:`fedkmeans.fingerprint.config_digest`), and
+* the data (:func:`fedkmeans.fingerprint.data_fingerprint`): the sha256 of every
+  data file the server can read (``data.path``), the parameters of generated data
+  (the ``data.*`` keys and the seed) and the name and version of the package a real
+  data set comes from. The data files of deployment nodes (their own ``data-path``)
+  are not visible to the server and are not part of it.
 
 A checkpoint that cannot be resumed — another configuration, other data, written
 before data binding, or a damaged file — is refused with a
@@ -28,7 +28,6 @@ Never delete a checkpoint: its ledger is the only record of what was released.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -38,13 +37,20 @@ import time
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedkmeans.config import REAL_DATASETS, ExperimentConfig
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.fingerprint import (
+    config_digest,
+    data_changes,
+    data_digest,
+    data_fingerprint,
+    describe_data,
+    file_sha256,
+)
 from fedkmeans.privacy.accountant import PrivacyAccountant
 
 LOG = logging.getLogger(__name__)
@@ -52,7 +58,6 @@ LOG = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 #: Version of ``state.json``; 2 = bound to the data, with a record of every round file.
 STATE_FORMAT = 2
-_CHUNK = 1 << 20
 _UNKNOWN = "its ledger cannot be read, so the budget it already spent is unknown"
 
 
@@ -78,78 +83,6 @@ class CheckpointCorruptError(CheckpointMismatchError):
     aside, keeping its ledger), so one ``except CheckpointMismatchError`` handles every
     refusal, and it stays a ``ValueError`` like every other bad-input error.
     """
-
-
-def config_digest(config: ExperimentConfig) -> str:
-    """Hash of every setting that changes what the protocol releases."""
-    flat = config.to_flat()
-    for key in ("output-dir", "federation.engine", "federation.round-timeout",
-                "federation.message-mb", "federation.inflight-mb", "federation.node-cache-mb"):
-        flat.pop(key, None)
-    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 (hex) of a file's bytes, read in 1 MiB chunks.
-
-    Parameters
-    ----------
-    path : str or Path
-
-    Returns
-    -------
-    str
-        64 hex digits.
-    """
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def data_fingerprint(config: ExperimentConfig) -> dict[str, Any]:
-    """What identifies the data of ``config`` as far as the server can see it.
-
-    Parameters
-    ----------
-    config : ExperimentConfig
-
-    Returns
-    -------
-    dict
-        ``params``: the ``data.*`` keys and the seed (they generate the mixture and
-        select the rows of a real data set); ``files``: ``[{"path", "sha256"}]`` of
-        the ``data.path`` file (``sha256`` None if it does not exist);
-        ``packages``: ``[{"name", "version"}]`` of a real data set's package
-        (``version`` None if it is not installed).
-    """
-    flat = config.to_flat()
-    params = {key: value for key, value in flat.items() if key.startswith("data.")}
-    params["seed"] = flat["seed"]
-    files = []
-    if config.data.name == "npz" and config.data.path:
-        path = Path(config.data.path).expanduser()
-        files.append({
-            "path": str(config.data.path),
-            "sha256": file_sha256(path) if path.is_file() else None,
-        })
-    packages = []
-    if config.data.name in REAL_DATASETS:
-        name = REAL_DATASETS[config.data.name]
-        try:
-            version = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            version = None
-        packages.append({"name": name, "version": version})
-    return {"params": params, "files": files, "packages": packages}
-
-
-def data_digest(fingerprint: dict[str, Any]) -> str:
-    """Hash of a :func:`data_fingerprint`."""
-    return hashlib.sha256(
-        json.dumps(fingerprint, sort_keys=True, default=str).encode()
-    ).hexdigest()
 
 
 @dataclass
@@ -235,14 +168,15 @@ class Checkpoint:
         if "data_digest" not in state:
             raise CheckpointDataMismatchError(
                 f"checkpoint {directory} predates data binding: its {STATE_FILE} records "
-                f"no digest of the data, so this run cannot check that {_describe(fingerprint)} "
-                f"is the data its rounds were computed on; {spent}; {_next_step(directory)}"
+                "no digest of the data, so this run cannot check that "
+                f"{describe_data(fingerprint)} is the data its rounds were computed on; "
+                f"{spent}; {_next_step(directory)}"
             )
         _check_format(state, state_path, directory, spent)
         if state["data_digest"] != data_digest(fingerprint):
             raise CheckpointDataMismatchError(
                 f"checkpoint {directory} was written for other data: "
-                f"{_what_changed(state, fingerprint)}; resuming would mix releases about two "
+                f"{data_changes(state, fingerprint)}; resuming would mix releases about two "
                 f"data sets; {spent} on the old data; {_next_step(directory, data=True)}"
             )
         rounds = {
@@ -462,42 +396,6 @@ def _check_format(state: dict[str, Any], state_path: Path, directory: Path, spen
         raise _corrupt(
             state_path, directory, f"has a missing or invalid {', '.join(problems)}", spent
         )
-
-
-def _describe(fingerprint: dict[str, Any]) -> str:
-    """The data of a fingerprint, in words."""
-    parts = [f"data file {f['path']}" for f in fingerprint["files"]]
-    parts += [f"package {p['name']} {p['version']}" for p in fingerprint["packages"]]
-    return ", ".join(parts) or "the data generated from the data.* keys and the seed"
-
-
-def _short(sha: str | None) -> str:
-    return "missing" if sha is None else f"sha256 {sha[:12]}"
-
-
-def _what_changed(state: dict[str, Any], fingerprint: dict[str, Any]) -> str:
-    """Which data file or package differs from the one the checkpoint recorded."""
-    then = {f["path"]: f.get("sha256") for f in state["data_files"]}
-    now = {f["path"]: f["sha256"] for f in fingerprint["files"]}
-    changes = []
-    for path, sha in now.items():
-        if path not in then:
-            changes.append(f"data file {path} was not part of it")
-        elif sha is None:
-            changes.append(f"data file {path} is missing now ({_short(then[path])} then)")
-        elif sha != then[path]:
-            changes.append(
-                f"data file {path} changed since ({_short(then[path])} then, {_short(sha)} now)"
-            )
-    changes += [f"data file {path} is not used now" for path in then if path not in now]
-    versions = {p.get("name"): p.get("version") for p in state.get("data_packages") or []}
-    for package in fingerprint["packages"]:
-        old = versions.get(package["name"], "not recorded")
-        if old != package["version"]:
-            changes.append(
-                f"package {package['name']} is version {package['version']} now, {old} then"
-            )
-    return "; ".join(changes) or "the data's parameters changed"
 
 
 def _load_round(

@@ -23,8 +23,9 @@ from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans import wire
 from fedkmeans.config import CLIENT_SETTINGS, parse_config
-from fedkmeans.node import STAGE_STATISTICS, NodeData
-from fedkmeans.wire import TRIANGLE, pack, unpack
+from fedkmeans.node import NodeData
+from fedkmeans.stages import Stage, stage, subscribe
+from fedkmeans.wire import pack, unpack
 
 app = ClientApp()
 
@@ -90,48 +91,28 @@ def register(msg: Message, context: Context) -> Message:
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
 
 
-def _statistics_reply(stage: str, msg: Message, context: Context) -> Message:
-    arrays, settings = unpack(msg.content)
-    clients = arrays["client_ids"]
-    node = node_data(context, settings)
-    if stage == "covariance":  # symmetric: only the upper triangles travel
-        triangles = node.covariance_triangles(clients.tolist())["covariance"]
-        return _reply(msg, clients, {"covariance" + TRIANGLE: triangles})
-    stats = STAGE_STATISTICS[stage](node, clients.tolist(), arrays)
-    return _reply(msg, clients, stats)
+def serve(stage: Stage) -> None:
+    """Answer ``query.<stage.name>`` with the stage's statistics for the asked clients.
+
+    The rows are the stage's ``client`` computation (or its ``wire`` form: upper
+    triangles for a symmetric statistic), one per asked client, stacked. Subscribed to
+    the stage registry: every registered stage is served, including one registered
+    after this module was imported.
+    """
+
+    def reply(msg: Message, context: Context) -> Message:
+        arrays, settings = unpack(msg.content)
+        clients = arrays["client_ids"]
+        node = node_data(context, settings)
+        compute = stage.wire or stage.client
+        stats = compute(node, clients.tolist(), {**settings, **arrays})
+        return _reply(msg, clients, stats)
+
+    reply.__doc__ = f"Stage {stage.name!r} ({stage.group})."
+    app.query(stage.name)(reply)
 
 
-@app.query("covariance")
-def covariance(msg: Message, context: Context) -> Message:
-    """FedDP-Init step 1 (half the bytes of the largest reply: upper triangles)."""
-    return _statistics_reply("covariance", msg, context)
-
-
-@app.query("histogram")
-def histogram(msg: Message, context: Context) -> Message:
-    """FedDP-Init step 2."""
-    return _statistics_reply("histogram", msg, context)
-
-
-@app.query("centers")
-def centers(msg: Message, context: Context) -> Message:
-    """FedDP-Init step 3: assign in the projected space, sum in the original space."""
-    return _statistics_reply("centers", msg, context)
-
-
-@app.query("lloyds")
-def lloyds(msg: Message, context: Context) -> Message:
-    """One FedDP-Lloyds step: assign in the full space."""
-    return _statistics_reply("lloyds", msg, context)
-
-
-@app.query("local_centers")
-def local_centers(msg: Message, context: Context) -> Message:
-    """k-FED: local k-means centers (non-private)."""
-    arrays, config = unpack(msg.content)
-    clients = arrays["client_ids"]
-    stats = node_data(context, config).local_centers(clients.tolist(), int(config["local_k"]))
-    return _reply(msg, clients, stats)
+subscribe(serve)
 
 
 @app.query("evaluate")
@@ -160,7 +141,7 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
     node = node_data(context, dict(settings))
-    stats = STAGE_STATISTICS[str(settings[wire.SECAGG_STAGE])](node, clients, arrays)
+    stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
     wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(

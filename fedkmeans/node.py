@@ -28,7 +28,6 @@ from fedkmeans import data as data_access
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.config import AUTO, ExperimentConfig
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
@@ -37,6 +36,7 @@ from fedkmeans.privacy.clipping import (
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
 from fedkmeans.seeding import integer_seed
+from fedkmeans.stages import statistic_bounds
 
 LOG = logging.getLogger(__name__)
 
@@ -319,18 +319,3 @@ def _stack(rows: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
     if not rows:
         return np.zeros((0, *shape))
     return np.stack(rows).astype(np.float64, copy=False)
-
-
-#: What each protocol stage computes for the asked clients (per-client rows, stacked):
-#: one table for the ClientApp's plain queries, its SecAgg+ path and the tuning's
-#: simulation (:mod:`fedkmeans.tuning.simulation`).
-STAGE_STATISTICS: dict[str, Callable[[NodeData, list, dict], dict[str, np.ndarray]]] = {
-    "covariance": lambda node, clients, a: node.covariance(clients),
-    "histogram": lambda node, clients, a: node.histogram(
-        clients, a["basis"], a["projected_server"]
-    ),
-    "centers": lambda node, clients, a: node.sums_counts(
-        clients, a["projected_centers"], a["basis"]
-    ),
-    "lloyds": lambda node, clients, a: node.sums_counts(clients, a["centers"]),
-}

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedkmeans.checkpoint import config_digest
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
+from fedkmeans.fingerprint import config_digest
 
 __all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from flwr.serverapp import Grid
@@ -18,9 +19,9 @@ from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
+from fedkmeans.stages import protocol, release_plan
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.tuning.resolve import client_settings, resolve_auto
@@ -43,8 +44,13 @@ def run_server(
     run_id : int or str
         Names the default output directory.
     observers : list, optional
-        Objects with ``on_replies(round, replies)`` / ``on_release(stage, before,
-        after)`` hooks (the curious server).
+        Handed in by the composition root (:mod:`fedkmeans.server_app`), never built
+        here. Hooks, each optional: ``on_start(config)`` with the resolved settings
+        (``auto`` replaced) before the first private round; ``on_broadcast``,
+        ``on_client_rows`` and ``on_replies`` of the pool; ``on_release(stage, before,
+        after)`` of the server context; ``report(centers=, result=)``, whose return
+        value becomes ``result[observer.result_key]``, logged through
+        ``observer.summary_lines(report)`` (the curious server's attack report).
 
     Returns
     -------
@@ -96,12 +102,9 @@ def _run_claimed(
     releases = calibrate(plan, epsilon=epsilon, delta=config.privacy.delta) if plan else []
     timings["calibration"] = time.perf_counter() - t0
 
-    curious = None
-    if config.attack != "none":
-        from fedkmeans.attacks import build_curious_server
-
-        curious = build_curious_server(config)
-        observers.append(curious)
+    for observer in observers:  # e.g. the curious server: sees the resolved settings
+        if hasattr(observer, "on_start"):
+            observer.on_start(config)
     if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
         from fedkmeans.strategies.secagg import SecAggAggregator
 
@@ -127,7 +130,7 @@ def _run_claimed(
     evaluation = federated_metrics(pool, centers)
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    chosen = ctx.config  # k = auto: the strategy set the k it chose
+    chosen = replace(config, k=ctx.k)  # k = auto: the k the strategy chose
     best = optimal_cost(chosen)
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
@@ -189,12 +192,12 @@ def _run_claimed(
             else "zero-out one client (its participation is visible to the server)",
             "rounds": pool.secagg.rounds,
         }
-    if curious is not None:
-        from fedkmeans.attacks.curious import summary_table
-
-        result["attack"] = curious.report(centers=centers, result=result)
-        for line in summary_table(result["attack"]):
-            LOG.info("[attack] %s", line)
+    for observer in observers:  # observers that report add their own section
+        if hasattr(observer, "report"):
+            key = observer.result_key
+            result[key] = observer.report(centers=centers, result=result)
+            for line in observer.summary_lines(result[key]):
+                LOG.info("[%s] %s", key, line)
     path = write_artefacts(output_dir, result, seed_is_secret=not randomness.is_secure)
     LOG.info(
         "%s: cost %.4f (optimal %s), epsilon %s; wrote %s",
@@ -205,8 +208,8 @@ def _run_claimed(
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
-    init = {"feddp-kmeans": 2 + subspace, "kfed": 1}.get(config.algorithm, 0)
-    return init + (0 if config.algorithm == "kfed" else config.privacy.lloyds_steps)
+    return len(protocol(config.algorithm).rounds(config.privacy.lloyds_steps,
+                                                 full_rank=not subspace))
 
 
 def _answering_everywhere(pool: ClientPool) -> int:

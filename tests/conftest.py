@@ -47,12 +47,16 @@ def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
     from fedkmeans.engines import inprocess
     from fedkmeans.engines.inprocess import InProcessGrid
     from fedkmeans.runner import run_server
+    from fedkmeans.server_app import observers_for
 
     run_id = next(inprocess._RUN_IDS)
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     grid = InProcessGrid(app or client_app.app, flat, nodes, run_id)
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
-    return run_server(grid, parse_config(flat), observers=list(observers))
+    config = parse_config(flat)
+    # composed as the ServerApp composes a run: the curious server when `attack` asks
+    observers = list(observers) + observers_for(config)
+    return run_server(grid, config, observers=observers)
 
 
 def counting_app(failing_stage=None):

@@ -20,12 +20,12 @@ from fedkmeans.checkpoint import (
     CheckpointCorruptError,
     CheckpointDataMismatchError,
     CheckpointMismatchError,
-    data_fingerprint,
 )
 from fedkmeans.config import parse_config
 from fedkmeans.data.npz import save_npz
 from fedkmeans.engines.inprocess import run_inprocess
 from fedkmeans.experiment import run_flat
+from fedkmeans.fingerprint import data_fingerprint
 from fedkmeans.server_app import app as server_app
 
 INIT_STAGES = ("covariance", "histogram", "centers")

@@ -6,7 +6,7 @@ import pytest
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 
 def _context(releases, **overrides):

@@ -14,7 +14,7 @@ import pytest
 from fedkmeans.attacks.release_audit import AUDITED, LEVELS, audit_release, worst_neighbours
 from fedkmeans.audit import main
 from fedkmeans.config import parse_config
-from fedkmeans.privacy.budget import statistic_bounds
+from fedkmeans.stages import statistic_bounds
 from fedkmeans.strategies.aggregation import clipped_sum
 
 

@@ -29,7 +29,6 @@ from fedkmeans.clustering import cluster_sums_counts
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
-from fedkmeans.privacy.budget import release_plan, statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.privacy.distributed import (
     decode_sum,
@@ -42,6 +41,7 @@ from fedkmeans.privacy.distributed import (
     share_std,
 )
 from fedkmeans.seeding import generator
+from fedkmeans.stages import release_plan, statistic_bounds
 from fedkmeans.strategies.pool import FederationError
 
 SECAGG = {"privacy.aggregation": "secagg", "privacy.count-noise": "gaussian"}

@@ -42,6 +42,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -60,10 +61,10 @@ from fedkmeans.attacks.reconstruction import attack_client_reply
 from fedkmeans.attacks.scoring import membership_summary
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.node import NodeData
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.stages import stage_of_round, statistic_bounds
+from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 
@@ -125,6 +126,13 @@ class CuriousServer:
     releases: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _pending: dict[str, list] = field(default_factory=dict, repr=False)
 
+    #: Key of :meth:`report`'s section in ``result.json``.
+    result_key: ClassVar[str] = "attack"
+
+    def on_start(self, config: ExperimentConfig) -> None:
+        """Take the run's resolved settings (``auto`` replaced), before any round."""
+        self.config = config
+
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
         """Keep what the server sent in ``round_name`` and to which clients."""
         self.broadcasts[round_name] = {**arrays, "client_ids": clients}
@@ -168,6 +176,11 @@ class CuriousServer:
         """The count threshold the attacks' re-simulation uses (1 for ``auto``)."""
         value = self.config.privacy.min_cluster_count
         return 1.0 if value == AUTO else float(value)
+
+    @staticmethod
+    def summary_lines(report: dict) -> list[str]:
+        """The console lines of :meth:`report`'s result (:func:`summary_table`)."""
+        return summary_table(report)
 
     def report(self, *, centers: np.ndarray, result: dict) -> dict:
         """Run the one-run attacks; return their metrics (no data values).
@@ -328,9 +341,9 @@ class CuriousServer:
         stages, final_round, fallback = [], None, None
         for name in rounds:
             replies, sent = self.replies[name], self.broadcasts[name]
-            reply_in = _client_reply(node_in, cid, replies.stats, sent)
+            reply_in = _client_reply(node_in, cid, replies.stats, sent, name)
             reply_out = (
-                _client_reply(node_out, cid, replies.stats, sent) if node_out is not None
+                _client_reply(node_out, cid, replies.stats, sent, name) if node_out is not None
                 else {s: np.zeros_like(v) for s, v in reply_in.items()}
             )
             for stat, value in reply_in.items():
@@ -358,7 +371,8 @@ class CuriousServer:
                 aggregate_out = before - clip(observed) + clip(reply_out[stat])
                 stages.append(StageTrace(
                     stage=stage,
-                    mechanism=entry["mechanism"] if entry else _default_mechanism(stat),
+                    mechanism=entry["mechanism"] if entry else _planned_mechanism(
+                        config, name, stat),
                     sensitivity=entry["sensitivity"] if entry else 1.0,
                     noise_scale=entry["noise_scale"] if entry else 0.0,
                     symmetric=stat == "covariance",
@@ -567,23 +581,17 @@ def _assignment(sent: dict) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _client_reply(
-    node: NodeData, cid: int, stats: dict, sent: dict
+    node: NodeData, cid: int, stats: dict, sent: dict, round_name: str
 ) -> dict[str, np.ndarray]:
-    """The real client code's reply of ``cid`` for the round's statistics."""
-    if "covariance" in stats:
-        reply = node.covariance([cid])
-    elif "histogram" in stats:
-        reply = node.histogram([cid], sent["basis"], sent["projected_server"])
-    elif "sums" in stats:
-        centers, basis = _assignment(sent)
-        reply = node.sums_counts([cid], centers, basis)
-    else:
-        raise ValueError(f"no released statistic among {sorted(stats)}")
+    """The real client code's reply of ``cid`` in ``round_name`` (its stage's ``client``)."""
+    reply = stage_of_round(round_name).client(node, [cid], sent)
     return {name: value[0] for name, value in reply.items() if name in stats}
 
 
-def _default_mechanism(statistic: str) -> str:
-    return "gaussian" if statistic in ("covariance", "sums") else "laplace"
+def _planned_mechanism(config: ExperimentConfig, round_name: str, statistic: str) -> str:
+    """The mechanism the round's stage plans for ``statistic`` (a run without noise)."""
+    rules = stage_of_round(round_name).releases
+    return next(r.mechanism(config.privacy) for r in rules if r.statistic.name == statistic)
 
 
 def build_curious_server(config: ExperimentConfig) -> CuriousServer:

@@ -33,7 +33,7 @@ from fedkmeans.attacks.differencing import difference_attack
 from fedkmeans.attacks.membership import cost_scores, lira_scores, release_llr
 from fedkmeans.attacks.scoring import cosine_similarity, membership_summary
 from fedkmeans.clustering.server_steps import centers_from_sums
-from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+from fedkmeans.privacy import registry
 
 __all__ = [
     "StageTrace",
@@ -55,7 +55,8 @@ def noisy_releases(
 
     Parameters
     ----------
-    mechanism : {"gaussian", "laplace"}
+    mechanism : str
+        A name of :data:`fedkmeans.privacy.registry.MECHANISMS`.
     sensitivity, noise_scale : float
         As recorded in the ledger.
     value : ndarray
@@ -71,10 +72,7 @@ def noisy_releases(
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials!r}")
-    if mechanism == "gaussian":
-        mech = GaussianMechanism(sensitivity, noise_scale)
-    else:
-        mech = LaplaceMechanism(sensitivity, noise_scale)
+    mech = registry.mechanism(mechanism).build(sensitivity, noise_scale)
     if symmetric:
         return np.stack([mech.add_symmetric_noise(value, rng) for _ in range(trials)])
     return mech.add_noise(np.broadcast_to(value, (trials, *value.shape)), rng)
@@ -88,7 +86,8 @@ class StageTrace:
     ----------
     stage : str
         Release name, e.g. ``"lloyds-1/sums"``.
-    mechanism : {"gaussian", "laplace"}
+    mechanism : str
+        A name of :data:`fedkmeans.privacy.registry.MECHANISMS`.
     sensitivity : float
         From the ledger (1.0 for a release without noise).
     noise_scale : float

@@ -2,7 +2,8 @@
 
 An auditor holding only ``release.json`` can check the claimed epsilon: this module
 rebuilds the privacy loss distribution of every recorded release directly with
-``dp_accounting.pld.privacy_loss_distribution`` (not through
+``dp_accounting.pld.privacy_loss_distribution`` (each mechanism's ``pld`` in
+:mod:`fedkmeans.privacy.registry`; not through
 :class:`fedkmeans.privacy.accountant.PrivacyAccountant`, its ``DpEvent`` tree or its
 calibration) and composes them:
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from dp_accounting.pld import privacy_loss_distribution as pld
+from fedkmeans.privacy.registry import mechanism
 
 __all__ = ["recompute_epsilon"]
 
@@ -53,18 +54,16 @@ def recompute_epsilon(releases: Sequence[Mapping], delta: float) -> float:
         if any(float(r["noise_scale"]) == 0.0 for r in members):
             return math.inf
         q = float(members[0].get("sampling_rate", 1.0))
-        gaussians = [r for r in members if r["mechanism"] == "gaussian"]
+        joint = [r for r in members if mechanism(r["mechanism"]).joint_in_cohort]
         parts = []
-        if gaussians:
+        if joint:  # one mechanism: blocks rescaled to unit noise (same kind)
             z = sum((float(r["sensitivity"]) / float(r["noise_scale"])) ** 2
-                    for r in gaussians) ** -0.5
-            parts.append(pld.from_gaussian_mechanism(
-                z, sensitivity=1.0, sampling_prob=q, value_discretization_interval=_INTERVAL))
+                    for r in joint) ** -0.5
+            parts.append(mechanism(joint[0]["mechanism"]).pld(z, q, _INTERVAL))
         for r in members:
-            if r["mechanism"] == "laplace":
-                parts.append(pld.from_laplace_mechanism(
-                    float(r["noise_scale"]) / float(r["sensitivity"]), sensitivity=1.0,
-                    sampling_prob=q, value_discretization_interval=_INTERVAL))
+            if not mechanism(r["mechanism"]).joint_in_cohort:
+                parts.append(mechanism(r["mechanism"]).pld(
+                    float(r["noise_scale"]) / float(r["sensitivity"]), q, _INTERVAL))
         for part in parts:
             composed = part if composed is None else composed.compose(part)
     if composed is None:

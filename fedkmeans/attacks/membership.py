@@ -25,6 +25,7 @@ import numpy as np
 
 from fedkmeans.clustering.client_stats import upper_triangle
 from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.privacy import registry
 
 __all__ = ["gaussian_llr", "laplace_llr", "release_llr", "cost_scores", "lira_scores"]
 
@@ -105,6 +106,10 @@ def laplace_llr(y: np.ndarray, mean_in: np.ndarray, mean_out: np.ndarray, b: flo
     return value if b == 0.0 else value / b
 
 
+#: The log-likelihood ratio of noise with log-density ``-|x|^p / (p s^p)``, by p.
+_LLR_OF_ORDER = {2: gaussian_llr, 1: laplace_llr}
+
+
 def release_llr(
     mechanism: str,
     noise_scale: float,
@@ -118,7 +123,9 @@ def release_llr(
 
     Parameters
     ----------
-    mechanism : {"gaussian", "laplace"}
+    mechanism : str
+        A name of :data:`fedkmeans.privacy.registry.MECHANISMS` (its ``order`` picks
+        the ratio: 2 quadratic, 1 absolute).
     noise_scale : float
         Gaussian sigma or Laplace b from the ledger (0 = released without noise).
     y : ndarray of shape mean.shape or (trials, *mean.shape)
@@ -133,11 +140,8 @@ def release_llr(
     """
     if symmetric:
         y, mean_in, mean_out = (upper_triangle(v) for v in (y, mean_in, mean_out))
-    if mechanism == "gaussian":
-        return gaussian_llr(y, mean_in, mean_out, noise_scale)
-    if mechanism == "laplace":
-        return laplace_llr(y, mean_in, mean_out, noise_scale)
-    raise ValueError(f"mechanism must be one of ('gaussian', 'laplace'), got {mechanism!r}")
+    return _LLR_OF_ORDER[registry.mechanism(mechanism).order](
+        y, mean_in, mean_out, noise_scale)
 
 
 def cost_scores(

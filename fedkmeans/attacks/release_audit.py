@@ -51,23 +51,24 @@ from fedkmeans.attacks.bounds import (
 from fedkmeans.attacks.membership import release_llr
 from fedkmeans.config import ExperimentConfig, PrivacyConfig
 from fedkmeans.node import NodeData
+from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant
-from fedkmeans.privacy.budget import release_plan, statistic_bounds
 from fedkmeans.privacy.calibration import calibrate
+from fedkmeans.stages import release_plan, statistic_bounds
 from fedkmeans.strategies.aggregation import clipped_sum
 from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 __all__ = ["AUDITED", "LEVELS", "Neighbours", "ReleaseAuditResult", "audit_release",
            "worst_neighbours"]
 
 #: (statistic, mechanism) pairs a run can release, and the stage each is audited at.
 AUDITED = (
-    ("covariance", "gaussian"),
-    ("histogram", "laplace"),
-    ("sums", "gaussian"),
-    ("counts", "laplace"),
-    ("counts", "gaussian"),
+    ("covariance", registry.GAUSSIAN.name),
+    ("histogram", registry.LAPLACE.name),
+    ("sums", registry.GAUSSIAN.name),
+    ("counts", registry.LAPLACE.name),
+    ("counts", registry.GAUSSIAN.name),
 )
 LEVELS = ("datapoint", "client")
 _STAGE = {
@@ -102,7 +103,7 @@ class Neighbours:
 
 def _config(level: str, epsilon: float, delta: float, mechanism: str, statistic: str,
             data_radius: float, max_points: int) -> ExperimentConfig:
-    count_noise = mechanism if statistic == "counts" else "laplace"
+    count_noise = mechanism if statistic == "counts" else registry.LAPLACE.name
     privacy = PrivacyConfig(level=level, epsilon=epsilon, delta=delta, data_radius=data_radius,
                             max_points_per_client=max_points, count_noise=count_noise,
                             lloyds_steps=1)
@@ -299,7 +300,7 @@ def audit_release(
         world: clipped_sum(r.stats[statistic], bound.server_bound, bound.norm)
         for world, r in (("out", pair.replies_out), ("in", pair.replies_in))
     }
-    order = 1 if release.mechanism == "laplace" else 2
+    order = registry.mechanism(release.mechanism).order
     symmetric = statistic == "covariance"
     diff = means["in"] - means["out"]
     if symmetric:

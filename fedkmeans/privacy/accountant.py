@@ -20,18 +20,11 @@ from typing import Any
 import dp_accounting
 import numpy as np
 from dp_accounting.pld import PLDAccountant
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
-__all__ = ["Release", "PrivacyAccountant", "gaussian_epsilon"]
+from fedkmeans.privacy.analytic_gaussian import check_delta, gaussian_epsilon
+from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
-MECHANISMS = ("gaussian", "laplace")
-
-
-def _check_delta(delta: float) -> None:
-    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < delta < 1.0):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-
+__all__ = ["Release", "PrivacyAccountant", "gaussian_epsilon"]  # gaussian_epsilon: re-export
 
 @dataclass(frozen=True)
 class Release:
@@ -41,9 +34,11 @@ class Release:
     ----------
     stage : str
         Name of the protocol stage (non-empty), e.g. ``"lloyd-0/sums"``.
-    mechanism : {"gaussian", "laplace"}
+    mechanism : str
+        A name of :data:`fedkmeans.privacy.registry.MECHANISMS`.
     sensitivity : float
-        l2 (Gaussian) or l1 (Laplace) sensitivity of the released value, > 0, finite.
+        Sensitivity of the released value in the mechanism's norm (l2 Gaussian, l1
+        Laplace), > 0, finite.
     noise_scale : float
         Gaussian std ``sigma`` or Laplace scale ``b``, >= 0, finite (0 = no privacy).
     sampling_rate : float
@@ -64,7 +59,7 @@ class Release:
         if not isinstance(self.stage, str) or not self.stage:
             raise ValueError(f"stage must be a non-empty str, got {self.stage!r}")
         if self.mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+            mechanism(self.mechanism)  # raises: names the known mechanisms
         if not isinstance(self.group, str):
             raise ValueError(f"group must be a str, got {self.group!r}")
         checks = (
@@ -115,9 +110,7 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
         return dp_accounting.NonPrivateDpEvent()
 
     def base(r: Release) -> dp_accounting.DpEvent:
-        if r.mechanism == "gaussian":
-            return dp_accounting.GaussianDpEvent(r.noise_multiplier)
-        return dp_accounting.LaplaceDpEvent(r.noise_multiplier)
+        return mechanism(r.mechanism).event(r.noise_multiplier)
 
     if len(releases) == 1:
         event = base(releases[0])
@@ -125,7 +118,7 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
     if q == 1.0:
         # Independent mechanisms on the same data compose (exact, no sampling).
         return dp_accounting.ComposedDpEvent([base(r) for r in releases])
-    if any(r.mechanism != "gaussian" for r in releases):
+    if not all(mechanism(r.mechanism).joint_in_cohort for r in releases):
         raise ValueError(
             f"group {label!r} has sampling_rate={q} < 1 and several releases including "
             "Laplace noise. The releases of one sampled cohort form ONE subsampled "
@@ -186,7 +179,7 @@ class PrivacyAccountant:
         float
             0.0 for an empty ledger, ``math.inf`` if any release has no noise.
         """
-        _check_delta(delta)
+        check_delta(delta)
         if not (0.0 < discretization < 1.0):
             raise ValueError(f"discretization must be in (0, 1), got {discretization!r}")
         if not self._releases:
@@ -222,49 +215,3 @@ class PrivacyAccountant:
         for d in state["releases"]:
             acc.record(Release(**d))
         return acc
-
-
-def _gaussian_log_delta(epsilon: float, z: float) -> float:
-    """Log-delta(epsilon) of the Gaussian mechanism with noise multiplier ``z``.
-
-    Balle & Wang (2018), Thm. 8: ``delta = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) -
-    eps z)``, computed as ``a + log(1 - exp(b - a))`` with ``a, b`` the logs of the two
-    terms (``scipy.special.log_ndtr``) to avoid cancellation and underflow.
-    """
-    a = float(log_ndtr(0.5 / z - epsilon * z))
-    b = float(epsilon + log_ndtr(-0.5 / z - epsilon * z))
-    if b >= a:  # both terms equal to rounding: delta is far below any useful target
-        return -1e4
-    return a + math.log(-math.expm1(b - a))
-
-
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Exact epsilon of one Gaussian mechanism (analytic Gaussian, Balle & Wang 2018).
-
-    Parameters
-    ----------
-    noise_multiplier : float
-        ``sigma / sensitivity``, finite and > 0.
-    delta : float
-        Target delta in (0, 1).
-
-    Returns
-    -------
-    float
-        Smallest ``epsilon >= 0`` with ``delta(epsilon) <= delta``; independent of the
-        PLD accountant and used to check it.
-    """
-    _check_delta(delta)
-    if not (math.isfinite(noise_multiplier) and noise_multiplier > 0.0):
-        raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier!r}")
-    z, log_target = float(noise_multiplier), math.log(delta)
-
-    def f(eps: float) -> float:
-        return _gaussian_log_delta(eps, z) - log_target
-
-    if f(0.0) <= 0.0:
-        return 0.0
-    hi = 1.0
-    while f(hi) > 0.0:
-        hi *= 2.0
-    return float(brentq(f, 0.0, hi, xtol=1e-13, rtol=1e-13))

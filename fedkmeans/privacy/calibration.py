@@ -17,15 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
-from fedkmeans.privacy.accountant import (
-    MECHANISMS,
-    PrivacyAccountant,
-    Release,
-    _check_delta,
-    _gaussian_log_delta,
-)
+from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma, check_delta
+from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
 __all__ = ["PlannedRelease", "analytic_gaussian_sigma", "calibrate"]
 
@@ -57,7 +52,7 @@ class PlannedRelease:
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+            mechanism(self.mechanism)  # raises: names the known mechanisms
         if not (
             isinstance(self.weight, (int, float, np.floating, np.integer))
             and 0.0 < self.weight < math.inf
@@ -79,48 +74,6 @@ class PlannedRelease:
         )
 
 
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """Smallest Gaussian std that makes one release ``(epsilon, delta)``-DP.
-
-    Analytic Gaussian mechanism (Balle & Wang 2018): solves ``Phi(1/(2z) - eps z) -
-    e^eps Phi(-1/(2z) - eps z) = delta`` for the noise multiplier ``z`` (delta
-    decreases in ``z``) and returns ``z * sensitivity``. Per unit sensitivity at
-    ``delta = 1e-6``: eps 0.5 -> 8.058, 1 -> 4.225, 2 -> 2.231, 4 -> 1.194.
-
-    Parameters
-    ----------
-    epsilon : float
-        Finite and > 0.
-    delta : float
-        In (0, 1).
-    sensitivity : float
-        l2 sensitivity, finite and > 0.
-
-    Returns
-    -------
-    float
-        ``sigma``.
-    """
-    _check_delta(delta)
-    if not (math.isfinite(epsilon) and epsilon > 0.0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    if not (math.isfinite(sensitivity) and sensitivity > 0.0):
-        raise ValueError(f"sensitivity must be finite and > 0, got {sensitivity!r}")
-    log_target = math.log(delta)
-
-    def f(log_z: float) -> float:
-        return _gaussian_log_delta(epsilon, math.exp(log_z)) - log_target
-
-    lo, hi = 0.0, 0.0
-    while f(lo) < 0.0:  # too much noise at z = e^lo
-        lo -= 1.0
-    while f(hi) > 0.0:  # too little noise at z = e^hi
-        hi += 1.0
-    if lo == hi:
-        return math.exp(lo) * sensitivity
-    return math.exp(brentq(f, lo, hi, xtol=1e-13, rtol=1e-13)) * sensitivity
-
-
 def _releases(
     planned: Sequence[PlannedRelease], epsilon: float, delta: float, c: float
 ) -> list[Release]:
@@ -128,10 +81,7 @@ def _releases(
     out = []
     for p in planned:
         eps_i = c * epsilon * p.weight / total
-        if p.mechanism == "laplace":
-            scale = p.sensitivity / eps_i
-        else:
-            scale = analytic_gaussian_sigma(eps_i, delta, p.sensitivity)
+        scale = mechanism(p.mechanism).standalone_scale(eps_i, delta, p.sensitivity)
         out.append(p.to_release(scale))
     return out
 
@@ -172,7 +122,7 @@ def calibrate(
         ``PrivacyAccountant.get_epsilon(delta)`` (discretization 1e-4) lies in
         ``[0.99 * epsilon, epsilon]`` (when ``verify``).
     """
-    _check_delta(delta)
+    check_delta(delta)
     if not (
         isinstance(epsilon, (int, float, np.floating))
         and (0.0 < epsilon <= MAX_EPSILON or epsilon == math.inf)

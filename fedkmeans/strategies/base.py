@@ -22,13 +22,15 @@ import numpy as np
 
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.budget import statistic_bounds
-from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.stages import statistic_bounds
+from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
-from fedkmeans.strategies.pool import ClientPool, Replies
+from fedkmeans.strategies.pool import ClientPool
+from fedkmeans.strategies.replies import Replies
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread, weight_threshold
 
 LOG = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class ServerContext:
     expected_rounds: int = 0
     #: Log a progress line per round (the tuning's simulated runs do not).
     progress: bool = True
+    #: The k chosen by the strategy with ``k = auto`` (:meth:`choose_k`), else None.
+    chosen_k: int | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -119,8 +123,12 @@ class ServerContext:
 
     @property
     def k(self) -> int:
-        """Number of clusters."""
-        return self.config.k
+        """Number of clusters: ``config.k``, or the k chosen with ``k = auto``."""
+        return self.chosen_k if self.chosen_k is not None else self.config.k
+
+    def choose_k(self, k: int) -> None:
+        """Record the k a strategy chose (``k = auto``): later rounds and the result use it."""
+        self.chosen_k = int(k)
 
     def min_server_weight(self, stage: str) -> float:
         """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.
@@ -291,15 +299,13 @@ class ServerContext:
         else:
             total = clipped_sum(values, bound.server_bound, bound.norm)
         release = self.releases[stage]
-        if release.mechanism == "gaussian":
-            mechanism = GaussianMechanism(release.sensitivity, release.noise_scale)
-        else:
-            mechanism = LaplaceMechanism(release.sensitivity, release.noise_scale)
+        noise = registry.mechanism(release.mechanism).build(
+            release.sensitivity, release.noise_scale)
         rng = self.private_randomness.generator("noise", stage)
         if symmetric:
-            noisy = mechanism.add_symmetric_noise(total, rng)
+            noisy = noise.add_symmetric_noise(total, rng)
         else:
-            noisy = mechanism.add_noise(total, rng)
+            noisy = noise.add_noise(total, rng)
         self.accountant.record(release)
         self._notify(stage, total, noisy)
         return noisy
@@ -320,8 +326,6 @@ class Strategy(ABC):
 
     def run(self, ctx: ServerContext) -> np.ndarray:
         """Initialise, then refine with ``privacy.lloyds-steps`` FedDP-Lloyds steps."""
-        from fedkmeans.strategies.lloyds import lloyds_step
-
         centers = self.initial_centers(ctx)
         for step in range(1, ctx.config.privacy.lloyds_steps + 1):
             centers = lloyds_step(ctx, centers, step)

@@ -1,6 +1,7 @@
 """FedDP-Lloyds and the baselines that initialise without client data.
 
-FedDP-Lloyds step t (Scott et al. 2025, Alg. 3): clients assign their points to the
+FedDP-Lloyds step t (Scott et al. 2025, Alg. 3; the stage is
+:mod:`fedkmeans.stages.lloyds`): clients assign their points to the
 nearest current center in the full space and send per-cluster sums and counts; the
 server releases noisy sums m_r and counts n_r (one cohort, one accounted mechanism)
 and sets nu_r = m_r / n_r, keeping the previous center where n_r < min-cluster-count.
@@ -17,27 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.clustering import centers_from_sums, kmeans, kmeans_plus_plus, sphere_packing_centers
+from fedkmeans.clustering import kmeans, kmeans_plus_plus, sphere_packing_centers
 from fedkmeans.strategies.base import ServerContext, Strategy
-
-
-def lloyds_step(ctx: ServerContext, centers: np.ndarray, step: int) -> np.ndarray:
-    """One FedDP-Lloyds step from ``centers`` (k, d); returns the new (k, d) centers."""
-    group = f"lloyds-{step}"
-
-    def compute() -> dict[str, np.ndarray]:
-        replies = ctx.query(
-            "lloyds", group, {"centers": centers},
-            expected={"sums": (ctx.k, ctx.pool.dim), "counts": (ctx.k,)},
-        )
-        sums = ctx.release(replies, "sums", f"{group}/sums")
-        counts = ctx.release(replies, "counts", f"{group}/counts")
-        new_centers, _ = centers_from_sums(
-            sums, counts, fallback=centers, min_count=ctx.min_cluster_count(group, centers)
-        )
-        return {"centers": new_centers}
-
-    return ctx.round(group, compute)["centers"]
 
 
 class ServerKMeansPlusPlus(Strategy):

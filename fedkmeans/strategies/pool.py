@@ -30,7 +30,9 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
-from fedkmeans.strategies.aggregation import Fold, RunningSums
+from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
+from fedkmeans.strategies.aggregation import Fold
+from fedkmeans.strategies.replies import FoldingSink, Replies, Sink, StackingSink
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
 LOG = logging.getLogger(__name__)
@@ -38,38 +40,6 @@ LOG = logging.getLogger(__name__)
 
 class FederationError(RuntimeError):
     """Too few nodes or replies to continue."""
-
-
-@dataclass
-class Replies:
-    """Per-client statistics of one round, stacked in increasing client id.
-
-    Attributes
-    ----------
-    client_ids : ndarray of shape (m,)
-        Clients with a row in ``stats``; empty when ``aggregated``.
-    stats : dict of str to ndarray of shape (m, ...)
-        Per-client rows, or, when ``aggregated``, one row: the noisy sum.
-    aggregated : bool
-        Secure aggregation: ``stats`` hold the sums of the clients' clipped statistics
-        plus their noise shares (already noisy); the server never saw a client's row.
-    contributors : ndarray of shape (n,) or None
-        ``aggregated`` only: the clients whose statistics are in the sums.
-    noise_scales : dict of str to float
-        ``aggregated`` only: effective standard deviation of the summed noise shares
-        of each statistic (at least the calibrated sigma).
-    folded : bool
-        Streaming aggregation: ``stats`` hold one row each, the sums of the accepted
-        clients' rows clipped on the server (exact, no noise yet); ``client_ids``
-        are the accepted clients.
-    """
-
-    client_ids: np.ndarray
-    stats: dict[str, np.ndarray]
-    aggregated: bool = False
-    contributors: np.ndarray | None = None
-    noise_scales: dict[str, float] = field(default_factory=dict)
-    folded: bool = False
 
 
 @dataclass
@@ -102,16 +72,9 @@ class ClientPool:
             disagreeing on the feature dimension.
         """
         wanted = self.federation.num_nodes
-        deadline = time.monotonic() + wait_seconds
-        node_ids = sorted(self.grid.get_node_ids())
-        while wanted and len(node_ids) < wanted:
-            if time.monotonic() > deadline:
-                raise FederationError(
-                    f"only {len(node_ids)} of federation.num-nodes={wanted} nodes connected "
-                    f"within {wait_seconds:.0f} s"
-                )
-            time.sleep(1.0)
-            node_ids = sorted(self.grid.get_node_ids())
+        node_ids = wait_for_nodes(self.grid, wanted, wait_seconds, lambda connected: (
+            FederationError(f"only {connected} of federation.num-nodes={wanted} nodes "
+                            f"connected within {wait_seconds:.0f} s")))
         if not node_ids:
             raise FederationError("no node is connected to the SuperLink")
         replies = self._send({nid: pack({}) for nid in node_ids}, "register")
@@ -214,9 +177,9 @@ class ClientPool:
                 observer.on_replies(round_name, result)
             return result
         if fold is not None:
-            sink: _Sink = _FoldingSink(expected, fold)
+            sink: Sink = FoldingSink(expected, fold)
         else:
-            sink = _StackingSink(requested, expected)
+            sink = StackingSink(requested, expected)
         row_bytes = _row_bytes(expected)
         batch = max(1, int(self.federation.message_mb * 2**20 // row_bytes))
         batches = [
@@ -397,30 +360,12 @@ class ClientPool:
     def _send(
         self, contents: dict[int, object], stage: str, round_name: str | None = None
     ) -> dict[int, Message]:
-        if not contents:
-            return {}
-        round_name = round_name or stage
-        messages = [
-            Message(content, dst_node_id=nid, message_type=f"query.{stage}", group_id=stage)
-            for nid, content in contents.items()
-        ]
-        out: dict[int, Message] = {}
-        replies = self.grid.send_and_receive(messages, timeout=self.federation.round_timeout)
-        # The grid gives every sent message its id. An error reply the SuperLink makes
-        # for a lost node ("Node Unavailable") comes from the SuperLink's own node id,
-        # so a reply is attributed to the node its request went to.
-        sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        for reply in replies:
-            nid = sent_to.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
-            if reply.has_error():
-                self._reject(nid, round_name, f"error reply: {reply.error.reason}")
-            else:
-                out[nid] = reply
-        missing = sorted(set(contents) - set(out))
-        for nid in missing:
-            if not any(r["node"] == nid and r["round"] == round_name for r in self.rejected):
-                self._reject(nid, round_name, "no reply before federation.round-timeout")
-        return out
+        """Ask each node once (:func:`fedkmeans.grid_io.ask_nodes`); reject the failures."""
+        replies, failures = ask_nodes(self.grid, contents, stage, self.federation.round_timeout)
+        for nid, reason in failures.items():
+            self._reject(nid, round_name or stage, "no reply before federation.round-timeout"
+                         if reason == NO_REPLY else reason)
+        return replies
 
 
 #: Seconds between two pulls while no reply has arrived.
@@ -430,68 +375,3 @@ _POLL_SECONDS = 0.05
 def _row_bytes(expected: Mapping[str, tuple[int, ...]]) -> int:
     """Bytes of one client's reply rows (float64; an upper bound for triangles)."""
     return 8 * sum(math.prod(shape) for shape in expected.values())
-
-
-class _Sink:
-    """Where a round's accepted rows go: stacked or folded."""
-
-    def add(self, ids: np.ndarray, rows: dict[str, np.ndarray], triangles=frozenset()) -> None:
-        raise NotImplementedError
-
-    def client_ids(self) -> np.ndarray:
-        raise NotImplementedError
-
-    def replies(self) -> Replies:
-        raise NotImplementedError
-
-
-class _FoldingSink(_Sink):
-    """Clip and add each message's rows; keep only the sums and the client ids."""
-
-    def __init__(self, expected, fold):
-        self._sums = RunningSums(expected, fold)
-        self._ids: list[np.ndarray] = []
-
-    def add(self, ids, rows, triangles=frozenset()):
-        self._sums.add(rows, triangles)
-        self._ids.append(ids)
-
-    def client_ids(self):
-        return np.sort(np.concatenate([np.zeros(0, np.int64), *self._ids]))
-
-    def replies(self):
-        return Replies(self.client_ids(), self._sums.as_rows(), folded=True)
-
-
-class _StackingSink(_Sink):
-    """One row per requested client, in increasing id, reserved up front."""
-
-    def __init__(self, requested, expected):
-        self._slots = np.sort(np.concatenate([np.zeros(0, np.int64), *requested.values()]))
-        self._stats = {name: np.empty((self._slots.size, *shape))
-                       for name, shape in expected.items()}
-        self._filled = np.zeros(self._slots.size, dtype=bool)
-
-    def add(self, ids, rows, triangles=frozenset()):
-        where = np.searchsorted(self._slots, ids)
-        for name, value in rows.items():
-            self._stats[name][where] = value
-        self._filled[where] = True
-
-    def client_ids(self):
-        return self._slots[self._filled]
-
-    def replies(self):
-        stats = self._stats
-        if not self._filled.all():
-            stats = {name: _keep_rows(value, self._filled) for name, value in stats.items()}
-        return Replies(self.client_ids(), stats)
-
-
-def _keep_rows(stacked: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Rows of ``stacked`` where ``keep``, moved up in place (no second copy)."""
-    rows = np.flatnonzero(keep)
-    for target, source in enumerate(rows.tolist()):
-        if target != source:
-            stacked[target] = stacked[source]
-    return stacked[: rows.size]

@@ -20,7 +20,7 @@ module bridges it into our own ``@app.main()`` protocol
   up to the calibrated variance), and the run stops with :class:`FederationError`.
 
 The server never holds a client's or a node's statistic: the returned
-:class:`~fedkmeans.strategies.pool.Replies` carries only the noisy sums (one row,
+:class:`~fedkmeans.strategies.replies.Replies` carries only the noisy sums (one row,
 ``aggregated = True``) and the effective noise scale of each release.
 
 Security notes (docs/secagg.md): honest-but-curious server (Flower's SecAgg+ has no
@@ -49,7 +49,6 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.privacy.budget import statistic_bounds
 from fedkmeans.privacy.distributed import (
     MODULUS_RANGE,
     decode_sum,
@@ -60,7 +59,10 @@ from fedkmeans.privacy.distributed import (
     share_std,
     tail_probability,
 )
-from fedkmeans.strategies.pool import ClientPool, FederationError, Replies
+from fedkmeans.privacy.registry import mechanism
+from fedkmeans.stages import statistic_bounds
+from fedkmeans.strategies.pool import ClientPool, FederationError
+from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 
@@ -237,7 +239,7 @@ class SecAggAggregator:
         per_stat: dict[str, dict] = {}
         for name in stats:
             release = self.releases[f"{round_name}/{name}"]
-            if release.mechanism != "gaussian":
+            if not mechanism(release.mechanism).additive_shares:
                 raise FederationError(
                     f"release '{release.stage}' has {release.mechanism} noise; distributed "
                     "noise needs Gaussian shares (privacy.count-noise='gaussian')"

@@ -48,9 +48,9 @@ from fedkmeans.artefacts import json_number
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.config import AUTO, CLIENT_KEYS, CLIENT_SETTINGS, ExperimentConfig
-from fedkmeans.privacy.budget import release_plan
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
+from fedkmeans.stages import release_plan
 from fedkmeans.tuning.simulation import federation_rng, simulate_cost, simulated_federation
 
 __all__ = [

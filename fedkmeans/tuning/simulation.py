@@ -2,7 +2,7 @@
 
 A simulated run uses the project's own strategy, :class:`~fedkmeans.strategies.base.
 ServerContext` (clipping, mechanisms, thresholds), the calibrated releases and the
-node arithmetic (:data:`fedkmeans.node.STAGE_STATISTICS`); only the clients are
+node arithmetic (each stage's ``client``, :mod:`fedkmeans.stages`); only the clients are
 replaced by a :class:`SimulatedPool` whose clients hold points drawn from the server's
 data Q. Nothing of the real clients is read.
 
@@ -38,12 +38,13 @@ import numpy as np
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.node import STAGE_STATISTICS, NodeData
+from fedkmeans.node import NodeData
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.stages import stage as stage_named
 from fedkmeans.strategies import ServerContext, build_strategy
-from fedkmeans.strategies.pool import Replies
+from fedkmeans.strategies.replies import Replies
 
 __all__ = ["SimulatedFederation", "SimulatedPool", "simulate_cost", "simulated_federation"]
 
@@ -145,7 +146,7 @@ def simulated_federation(
 class SimulatedPool:
     """The :class:`~fedkmeans.strategies.pool.ClientPool` interface over simulated clients.
 
-    Every statistic is computed by :data:`~fedkmeans.node.STAGE_STATISTICS` on a
+    Every statistic is computed by the stage's ``client`` (:mod:`fedkmeans.stages`) on a
     :class:`~fedkmeans.node.NodeData` of the simulated clients, and returned stacked
     (the server clips and sums them as in a real round).
     """
@@ -169,12 +170,12 @@ class SimulatedPool:
         del expected, config, round_name, fold
         ids = np.asarray(clients, dtype=np.int64)
         if stage != "covariance":
-            return Replies(ids, STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays)))
+            return Replies(ids, stage_named(stage).client(self.node, ids.tolist(), dict(arrays)))
         privacy = self.node.config.privacy
         key = (ids.tobytes(), privacy.level, privacy.clip_covariance)
         cache = self.federation.covariances
         if key not in cache:
-            cache[key] = STAGE_STATISTICS[stage](self.node, ids.tolist(), dict(arrays))
+            cache[key] = stage_named(stage).client(self.node, ids.tolist(), dict(arrays))
         return Replies(ids, cache[key])
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.privacy.accountant import Release
+from fedkmeans.privacy.registry import mechanism
 
 __all__ = ["WEIGHT_THRESHOLD_STDS", "count_threshold", "noise_std", "spread", "weight_threshold"]
 
@@ -46,9 +47,7 @@ WEIGHT_THRESHOLD_STDS = 1.0
 
 def noise_std(release: Release) -> float:
     """Standard deviation of one coordinate of the release's noise."""
-    if release.mechanism == "laplace":
-        return math.sqrt(2.0) * release.noise_scale
-    return release.noise_scale
+    return mechanism(release.mechanism).std(release.noise_scale)
 
 
 def weight_threshold(release: Release) -> float:

@@ -1,10 +1,12 @@
-"""Flower ServerApp of the vertical protocol (and the curious server's attack).
+"""Flower ServerApp of the vertical protocol.
 
 :func:`run_vertical` registers the H parties, runs the iterations (send the label
 history, receive every party's defended report, decode, sum, assign), accounts the
 per-sample privacy of the reports, runs the non-private evaluation with the label
-holder, optionally reconstructs one party's slice from what the server saw, and
-writes ``result.json``. Logs carry counts and timings only, never client values.
+holder, and writes ``result.json``. Logs carry counts and timings only, never client
+values. The curious server (:mod:`fedkmeans.vertical.curious`) is an observer that
+:func:`main` hands to it when ``attack`` asks for one. Grid exchanges go through
+:mod:`fedkmeans.grid_io`, as the horizontal pool's do.
 """
 
 from __future__ import annotations
@@ -16,18 +18,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Context, Message
+from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.flower_logging import log_through_flower
+from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.privacy.randomness import REPRODUCIBLE_NOTICE
 from fedkmeans.seeding import generator
 from fedkmeans.vertical.accounting import per_sample_account
-from fedkmeans.vertical.attack import known_centers_attack, unknown_centers_attack
 from fedkmeans.vertical.config import VerticalConfig, parse_vertical_config
-from fedkmeans.vertical.defence import decode, report_noise_variance
+from fedkmeans.vertical.defence import decode
 from fedkmeans.vertical.metrics import adjusted_rand_index, f_measure
-from fedkmeans.vertical.protocol import assign, initial_center_ids, random_initial_centers
+from fedkmeans.vertical.protocol import assign, initial_center_ids
 from fedkmeans.wire import pack, unpack
 
 LOG = logging.getLogger(__name__)
@@ -47,7 +49,17 @@ class VerticalError(RuntimeError):
 def main(grid: Grid, context: Context) -> None:
     """Run the configured vertical protocol on the connected SuperNodes."""
     log_through_flower()
-    run_vertical(grid, parse_vertical_config(context.run_config), run_id=context.run_id)
+    config = parse_vertical_config(context.run_config)
+    run_vertical(grid, config, run_id=context.run_id, observers=observers_for(config))
+
+
+def observers_for(config: VerticalConfig) -> list:
+    """The curious server when ``attack`` is not ``none`` (composed here, not in the run)."""
+    if config.attack == "none":
+        return []
+    from fedkmeans.vertical.curious import CuriousVerticalServer
+
+    return [CuriousVerticalServer(config)]
 
 
 class _Parties:
@@ -61,29 +73,22 @@ class _Parties:
         self.label_holder: int | None = None
 
     def _send(self, stage: str, contents: dict[int, object]) -> dict[int, tuple[dict, dict]]:
-        messages = [Message(content, dst_node_id=nid, message_type=f"query.{stage}",
-                            group_id=stage) for nid, content in contents.items()]
-        out: dict[int, tuple[dict, dict]] = {}
-        for reply in self.grid.send_and_receive(messages, timeout=self.config.round_timeout):
-            nid = reply.metadata.src_node_id
-            if reply.has_error():
-                raise VerticalError(f"round '{stage}': node {nid} failed: {reply.error.reason}")
-            out[nid] = unpack(reply.content)
-        missing = sorted(set(contents) - set(out))
-        if missing:
-            raise VerticalError(f"round '{stage}': no reply from node(s) {missing} within "
-                                f"round-timeout={self.config.round_timeout} s")
-        return out
+        replies, failures = ask_nodes(self.grid, contents, stage, self.config.round_timeout)
+        errors = {nid: reason for nid, reason in failures.items() if reason != NO_REPLY}
+        if errors:
+            nid, reason = next(iter(errors.items()))
+            raise VerticalError(f"round '{stage}': node {nid} failed: {reason}")
+        if failures:
+            raise VerticalError(f"round '{stage}': no reply from node(s) {sorted(failures)} "
+                                f"within round-timeout={self.config.round_timeout} s")
+        return {nid: unpack(reply.content) for nid, reply in replies.items()}
 
     def register(self) -> None:
         wanted = self.config.parties
-        deadline = time.monotonic() + self.config.round_timeout
-        node_ids = sorted(self.grid.get_node_ids())
-        while len(node_ids) < wanted:
-            if time.monotonic() > deadline:
-                raise VerticalError(f"only {len(node_ids)} of parties={wanted} nodes connected")
-            time.sleep(1.0)
-            node_ids = sorted(self.grid.get_node_ids())
+        node_ids = wait_for_nodes(
+            self.grid, wanted, self.config.round_timeout,
+            lambda connected: VerticalError(
+                f"only {connected} of parties={wanted} nodes connected"))
         replies = self._send("register", {nid: pack({}) for nid in node_ids})
         sizes = {}
         for nid, (_, info) in replies.items():
@@ -161,41 +166,6 @@ def _privacy(config: VerticalConfig, iterations: int) -> dict:
     return out
 
 
-#: What the server knows of a feature after the parties' public scaling: (mean, variance).
-PRIORS = {"standard": (0.0, 1.0), "minmax": (0.5, 1.0 / 12.0), "none": None}
-
-
-def _attack(config, parties: _Parties, observed: list, scales: list, history: list) -> dict:
-    party, dim = config.attack_party, parties.dims[config.attack_party]
-    stack = np.stack(observed)
-    labels = np.stack(history)
-    noise = np.array([report_noise_variance(
-        defence=config.defence, levels=config.levels, epsilon=config.epsilon,
-        l_ratio=config.l_ratio, mechanism=config.mechanism, scale=s) for s in scales])
-    if config.attack == "known":
-        initial = random_initial_centers(config.seed, party, config.k, dim)
-        prior = PRIORS[config.scale]
-        estimates = {
-            "iteration-0": known_centers_attack(stack, labels, initial, 0, noise, prior),
-            "all-iterations": known_centers_attack(stack, labels, initial, 5, noise, prior),
-        }
-    else:
-        fused = config.defence != "none"
-        estimates = {"isometry": unknown_centers_attack(stack, dim, fused=fused)}
-    (arrays, _), = parties.ask("attack_eval", {"estimates": np.stack(list(estimates.values()))},
-                               parties=[party]).values()
-    scores = {}
-    for j, name in enumerate(estimates):
-        aligned = config.attack == "unknown"
-        scores[name] = {
-            "rmse": float(arrays["rmse_aligned" if aligned else "rmse"][j]),
-            "within_10pct": float(arrays["within_aligned" if aligned else "within"][j]),
-            "aligned": "procrustes" if aligned else "none",
-        }
-    return {"mode": config.attack, "party": party, "party_dim": dim, "k": config.k,
-            "iterations_seen": len(observed), "estimates": scores}
-
-
 def _jsonable(value):
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
@@ -208,7 +178,9 @@ def _jsonable(value):
     return value
 
 
-def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -> dict:
+def run_vertical(
+    grid: Grid, config: VerticalConfig, *, run_id: int | str = 0, observers: list | None = None
+) -> dict:
     """Run the vertical protocol on ``grid``; write and return ``result.json``'s content.
 
     Parameters
@@ -218,11 +190,16 @@ def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -
         Already validated.
     run_id : int or str
         Names the default output directory.
+    observers : list, optional
+        Handed in by :func:`main` (the curious server): ``on_report(party, values,
+        settings)`` sees every decoded report; ``report(history=, dims=, ask=)``
+        becomes ``result[observer.result_key]``.
 
     Returns
     -------
     dict
     """
+    observers = list(observers or [])
     start = time.perf_counter()
     timings: dict[str, float] = {}
     parties = _Parties(grid, config)
@@ -234,8 +211,6 @@ def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -
         base["center_ids"] = initial_center_ids(config.seed, parties.n, config.k)
     discretised = config.defence in ("discretise", "full")
     history: list[np.ndarray] = []
-    observed: list[np.ndarray] = []
-    scales: list[float] = []
     t0 = time.perf_counter()
     for t in range(config.iterations):
         arrays = {**base, "history": np.stack(history) if history
@@ -245,9 +220,8 @@ def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -
         for party in range(config.parties):
             values = _decoded(config, party, *replies[party], parties.n)
             total += values
-            if config.attack != "none" and party == config.attack_party:
-                observed.append(values)
-                scales.append(float(replies[party][1].get("scale", -1.0)))
+            for observer in observers:
+                observer.on_report(party, values, replies[party][1])
         rng = generator(config.seed, "vertical", "ties", t) if discretised else None
         labels = assign(total, rng)
         changed = int((labels != history[-1]).sum()) if history else parties.n
@@ -265,9 +239,12 @@ def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -
         table = arrays["table"]
         metrics.update(f_measure=f_measure(table), ari=adjusted_rand_index(table),
                        table=table.tolist())
-    attack = None
-    if config.attack != "none":
-        attack = _attack(config, parties, observed, scales, history)
+    reports = {}
+    for observer in observers:
+        reports[observer.result_key] = observer.report(
+            history=history, dims=parties.dims,
+            ask=lambda party, arrays: next(iter(
+                parties.ask("attack_eval", arrays, parties=[party]).values()))[0])
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     privacy = _privacy(config, len(history))
@@ -282,7 +259,7 @@ def run_vertical(grid: Grid, config: VerticalConfig, *, run_id: int | str = 0) -
         "iterations_run": len(history),
         "converged": len(history) >= 2 and bool(np.array_equal(history[-1], history[-2])),
         "labels": history[-1].tolist(),
-        "privacy": privacy, "metrics": metrics, "attack": attack,
+        "privacy": privacy, "metrics": metrics, "attack": None, **reports,
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "config": config.to_flat(),
     })

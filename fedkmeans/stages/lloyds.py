@@ -1,0 +1,77 @@
+"""FedDP-Lloyds (Scott et al. 2025, Alg. 3): one stage, and the statistics it sends.
+
+Clients assign their points to the nearest current center in the full space and send
+per-cluster sums (k, d) and counts (k,); the server releases noisy sums m_r and counts
+n_r (one cohort, one accounted group) and sets nu_r = m_r / n_r, keeping the previous
+center where n_r is below ``min-cluster-count``. FedDP-Init's step 3
+(:mod:`fedkmeans.stages.feddp_init`) sends the same two statistics.
+
+Sensitivities at data-point level (one point of norm at most Delta; the server's clip
+of one client's value and the resulting bound are in :mod:`fedkmeans.privacy.budget`):
+
+* ``sums``: one point adds itself to one cluster's sum, a change of at most **Delta**
+  in l2 (Frobenius of the (k, d) matrix); Gaussian noise.
+* ``counts``: one point adds 1 to one cluster's count (l1 = l2 = 1 before the
+  server's l1 clip, 2 and sqrt(2) after it); Laplace or Gaussian noise
+  (``privacy.count-noise``).
+
+At client level a client scales its sums and counts by one factor so both are within
+``clip-sums`` (l2) and ``clip-counts`` (l1) (:meth:`fedkmeans.node.NodeData.sums_counts`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedkmeans.clustering import centers_from_sums
+from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
+
+__all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
+
+SUMS = Statistic(
+    "sums", "l2", per_point=lambda radius: (math.inf, radius),
+    client_bound=lambda privacy: privacy.clip_sums, shape=lambda k, d, m: (k, d),
+)
+COUNTS = Statistic(
+    "counts", "l1_nonnegative", per_point=lambda radius: (1.0, 1.0),
+    client_bound=lambda privacy: privacy.clip_counts, shape=lambda k, d, m: (k,),
+)
+
+
+def lloyds_step(ctx, centers: np.ndarray, step: int) -> np.ndarray:
+    """One FedDP-Lloyds step from ``centers`` (k, d); returns the new (k, d) centers.
+
+    Parameters
+    ----------
+    ctx : fedkmeans.strategies.ServerContext
+    centers : ndarray of shape (k, d)
+    step : int
+        1-based; the round is ``lloyds-<step>``.
+    """
+    group = f"{LLOYDS.group}-{step}"
+
+    def compute() -> dict[str, np.ndarray]:
+        replies = ctx.query(LLOYDS.name, group, {"centers": centers},
+                            expected=LLOYDS.expected(ctx.k, ctx.pool.dim))
+        released = LLOYDS.release(ctx, replies, group)
+        new_centers, _ = centers_from_sums(
+            released["sums"], released["counts"], fallback=centers,
+            min_count=ctx.min_cluster_count(group, centers),
+        )
+        return {"centers": new_centers}
+
+    return ctx.round(group, compute)["centers"]
+
+
+LLOYDS = register(Stage(
+    "lloyds", "lloyds", (SUMS, COUNTS),
+    client=lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+    server=lloyds_step,
+    releases=(
+        ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.lloyds_split[0]),
+        ReleaseRule(COUNTS, lambda p: p.count_noise, lambda p: p.lloyds_split[1]),
+    ),
+))

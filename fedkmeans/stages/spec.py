@@ -1,0 +1,263 @@
+"""What a protocol stage is, and the registry every layer reads stages from.
+
+A :class:`Stage` is one round of a protocol, all in one object: what the clients
+compute (``client``; ``wire`` if it travels in another form), what they send
+(:class:`Statistic`: norm, symmetry, shape; the data-point-level sensitivity with its
+derivation in the defining module's docstring), how the server releases it
+(:class:`ReleaseRule`: mechanism and budget share) and what the server does with the
+release (``server``). The ClientApp, its SecAgg+ path, the server's folding, the
+budget plan, the tuning's simulation and the curious server all look stages up here
+(:func:`stage`), so adding a stage touches its own module and one :func:`register`
+call.
+
+A :class:`Protocol` names an algorithm's stages: its initialisation and whether
+FedDP-Lloyds steps follow. :func:`release_plan` turns it into the planned releases
+the calibration splits the budget over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fedkmeans.config import PrivacyConfig
+from fedkmeans.privacy.budget import StatisticBound, bound_of
+from fedkmeans.privacy.calibration import PlannedRelease
+
+__all__ = [
+    "Protocol", "ReleaseRule", "Stage", "Statistic", "protocol", "register",
+    "register_protocol", "release_plan", "stage", "stage_of_round", "stages",
+    "statistic_bounds", "subscribe",
+]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One per-client statistic a stage sends.
+
+    Attributes
+    ----------
+    name : str
+        Key of the statistic in replies and releases (``"sums"``).
+    norm : {"l2", "l1_nonnegative"}
+        Norm of a client's clip (l2 = Frobenius for matrices).
+    per_point : callable
+        ``per_point(Delta) -> (l1, l2)``: how far one data point moves one client's
+        statistic (before the server's clip), for points of norm at most Delta.
+    client_bound : callable
+        ``client_bound(privacy) -> float``: the client-level clip bound C.
+    shape : callable
+        ``shape(k, d, m) -> tuple``: one client's row for k centers, dimension d and
+        m server points.
+    symmetric : bool
+        A symmetric (d, d) matrix: only upper triangles travel and the noise is
+        symmetric.
+    """
+
+    name: str
+    norm: str
+    per_point: Callable[[float], tuple[float, float]]
+    client_bound: Callable[[PrivacyConfig], float]
+    shape: Callable[[int, int, int], tuple[int, ...]]
+    symmetric: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseRule:
+    """How the server releases one statistic of a stage.
+
+    Attributes
+    ----------
+    statistic : Statistic
+    mechanism : callable
+        ``mechanism(privacy) -> str``: the registered mechanism's name.
+    weight : callable
+        ``weight(privacy) -> float``: the release's share of the budget.
+    """
+
+    statistic: Statistic
+    mechanism: Callable[[PrivacyConfig], str]
+    weight: Callable[[PrivacyConfig], float]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One protocol round: client computation, statistics, releases, server step.
+
+    Attributes
+    ----------
+    name : str
+        ClientApp action (``query.<name>``).
+    group : str
+        Round name (``"init-1"``), or its prefix for a repeated stage
+        (``"lloyds"`` for ``lloyds-1``, ``lloyds-2``, ...).
+    statistics : tuple of Statistic
+        What each client sends, in reply order.
+    client : callable
+        ``client(node, clients, arrays) -> {statistic: (m, ...) rows}``: the node's
+        arithmetic (:class:`fedkmeans.node.NodeData`) for the asked clients.
+    server : callable
+        The server step: queries the stage, releases it and post-processes
+        (``server(ctx, ...)``; its arguments are the stage's own).
+    releases : tuple of ReleaseRule
+        Noisy releases (empty: released without noise, e.g. k-FED).
+    wire : callable or None
+        What travels instead of ``client``'s rows (upper triangles), same signature.
+    skipped_when_full_rank : bool
+        Not run (and planned no budget) when k >= d.
+    """
+
+    name: str
+    group: str
+    statistics: tuple[Statistic, ...]
+    client: Callable[..., dict]
+    server: Callable[..., object]
+    releases: tuple[ReleaseRule, ...] = ()
+    wire: Callable[..., dict] | None = None
+    skipped_when_full_rank: bool = False
+
+    def expected(self, k: int, d: int, m: int = 0) -> dict[str, tuple[int, ...]]:
+        """Per-client shape of every statistic, as the server validates replies."""
+        return {s.name: s.shape(k, d, m) for s in self.statistics}
+
+    def release(self, ctx, replies, group: str) -> dict:
+        """Release every statistic of ``replies`` with the noise planned for ``group``.
+
+        Returns ``{statistic: noisy sum}`` (:meth:`fedkmeans.strategies.ServerContext.
+        release`: server clip, sum, calibrated noise, ledger).
+        """
+        return {rule.statistic.name: ctx.release(
+            replies, rule.statistic.name, f"{group}/{rule.statistic.name}",
+            symmetric=rule.statistic.symmetric) for rule in self.releases}
+
+    def plan(self, privacy: PrivacyConfig, group: str) -> list[PlannedRelease]:
+        """This stage's planned releases in round ``group`` (sensitivity from the bounds)."""
+        bounds = statistic_bounds(privacy)
+        out = []
+        for rule in self.releases:
+            mechanism = rule.mechanism(privacy)
+            out.append(PlannedRelease(
+                f"{group}/{rule.statistic.name}", mechanism,
+                bounds[rule.statistic.name].sensitivity(mechanism), rule.weight(privacy),
+                privacy.sampling_rate, group))
+        return out
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """An algorithm's stages.
+
+    Attributes
+    ----------
+    algorithm : str
+    init : tuple of Stage
+        The initialisation's client rounds, in order (empty: server data only).
+    lloyds : bool
+        ``privacy.lloyds-steps`` FedDP-Lloyds rounds follow.
+    private : bool
+        Its releases are noisy (False: non-private baselines, no plan).
+    """
+
+    algorithm: str
+    init: tuple[Stage, ...] = ()
+    lloyds: bool = True
+    private: bool = True
+
+    def rounds(self, lloyds_steps: int, *, full_rank: bool = False) -> list[tuple[Stage, str]]:
+        """``(stage, round name)`` of every client round, in order."""
+        out = [(s, s.group) for s in self.init if not (full_rank and s.skipped_when_full_rank)]
+        if self.lloyds:
+            step = stage("lloyds")
+            out += [(step, f"{step.group}-{t}") for t in range(1, lloyds_steps + 1)]
+        return out
+
+
+@dataclass
+class _Registry:
+    stages: dict[str, Stage] = field(default_factory=dict)
+    protocols: dict[str, Protocol] = field(default_factory=dict)
+    listeners: list[Callable[[Stage], None]] = field(default_factory=list)
+
+
+_REGISTRY = _Registry()
+
+
+def register(new: Stage) -> Stage:
+    """Add ``new`` to the table (and tell the listeners: the ClientApp serves it)."""
+    if new.name in _REGISTRY.stages and _REGISTRY.stages[new.name] is not new:
+        raise ValueError(f"a different stage is already registered as {new.name!r}")
+    _REGISTRY.stages[new.name] = new
+    for listener in _REGISTRY.listeners:
+        listener(new)
+    return new
+
+
+def subscribe(listener: Callable[[Stage], None]) -> None:
+    """Call ``listener(stage)`` for every registered stage, now and when one is added."""
+    _REGISTRY.listeners.append(listener)
+    for known in list(_REGISTRY.stages.values()):
+        listener(known)
+
+
+def stage(name: str) -> Stage:
+    """The registered stage ``name`` (a ClientApp action)."""
+    try:
+        return _REGISTRY.stages[name]
+    except KeyError:
+        raise KeyError(f"no stage {name!r}; registered: {sorted(_REGISTRY.stages)}") from None
+
+
+def stages() -> list[Stage]:
+    """Every registered stage."""
+    return list(_REGISTRY.stages.values())
+
+
+def stage_of_round(round_name: str) -> Stage:
+    """The stage a round runs (``"lloyds-2"`` -> the Lloyds stage)."""
+    for known in _REGISTRY.stages.values():
+        if round_name == known.group or round_name.startswith(known.group + "-"):
+            return known
+    raise KeyError(f"no stage runs round {round_name!r}")
+
+
+def register_protocol(new: Protocol) -> Protocol:
+    """Add an algorithm's protocol."""
+    _REGISTRY.protocols[new.algorithm] = new
+    return new
+
+
+def protocol(algorithm: str) -> Protocol:
+    """The registered protocol of ``algorithm``."""
+    return _REGISTRY.protocols[algorithm]
+
+
+def statistic_bounds(privacy: PrivacyConfig) -> dict[str, StatisticBound]:
+    """Clip bounds and sensitivities of every registered stage's statistics, by name."""
+    out: dict[str, StatisticBound] = {}
+    for known in _REGISTRY.stages.values():
+        for s in known.statistics:
+            if s.name not in out:
+                out[s.name] = bound_of(privacy, s.norm, s.per_point, s.client_bound)
+    return out
+
+
+def release_plan(
+    algorithm: str, privacy: PrivacyConfig, *, subspace: bool = True
+) -> list[PlannedRelease]:
+    """Every noisy release ``algorithm`` will make, with its share of the budget.
+
+    The releases of its protocol's rounds, in order (:meth:`Protocol.rounds`). Weights
+    are normalised by the calibration over the releases that happen, so a stage
+    skipped because k >= d (``subspace = False``) leaves its share to the others.
+
+    Returns
+    -------
+    list of PlannedRelease
+        Empty for the non-private algorithms (and for baselines with T = 0).
+    """
+    chosen = protocol(algorithm)
+    if not chosen.private:
+        return []
+    return [release for step, group in chosen.rounds(privacy.lloyds_steps,
+                                                     full_rank=not subspace)
+            for release in step.plan(privacy, group)]
