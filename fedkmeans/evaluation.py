@@ -20,7 +20,8 @@ import numpy as np
 
 from fedkmeans import data as data_access
 from fedkmeans import metrics
-from fedkmeans.config import REAL_DATASETS, ExperimentConfig
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.catalog import REAL_DATASETS
 from fedkmeans.strategies.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
@@ -91,11 +92,11 @@ def _cache_key(config: ExperimentConfig) -> str:
 def optimal_cost(config: ExperimentConfig) -> float | None:
     """Cost per point of centralized non-private k-means (>= 10 restarts) on pooled data.
 
-    Returns None when the server cannot load the pooled data (deployment), or when
-    the environment variable ``FEDKMEANS_SKIP_OPTIMAL_COST=1`` is set (scale
-    benchmarks, where k-means on millions of pooled points would dominate the run).
+    Returns None when the server cannot load the pooled data (deployment), or with
+    ``optimal-cost = skip`` (scale benchmarks, where k-means on millions of pooled
+    points would dominate the run).
     """
-    if os.environ.get("FEDKMEANS_SKIP_OPTIMAL_COST") == "1":
+    if config.optimal_cost == "skip":
         return None
     path = _cache_dir() / "optimal-cost" / f"{_cache_key(config)}.json"
     if path.exists():

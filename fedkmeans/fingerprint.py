@@ -15,7 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.config import REAL_DATASETS, ExperimentConfig
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.catalog import REAL_DATASETS
 
 __all__ = ["config_digest", "data_changes", "data_digest", "data_fingerprint",
            "describe_data", "file_sha256"]
@@ -26,7 +27,7 @@ _CHUNK = 1 << 20
 def config_digest(config: ExperimentConfig) -> str:
     """Hash of every setting that changes what the protocol releases."""
     flat = config.to_flat()
-    for key in ("output-dir", "federation.engine", "federation.round-timeout",
+    for key in ("output-dir", "optimal-cost", "federation.engine", "federation.round-timeout",
                 "federation.message-mb", "federation.inflight-mb", "federation.node-cache-mb"):
         flat.pop(key, None)
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()

@@ -9,12 +9,12 @@ import tomli
 from hydra import compose, initialize_config_module
 
 from fedkmeans.config import (
-    REAL_DATASETS,
     ConfigError,
     ExperimentConfig,
     config_keys,
     parse_config,
 )
+from fedkmeans.data.catalog import REAL_DATASETS
 from fedkmeans.experiment import flatten
 
 ROOT = Path(__file__).resolve().parents[1]

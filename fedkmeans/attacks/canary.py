@@ -53,7 +53,7 @@ from fedkmeans.clustering.client_stats import (
 from fedkmeans.config import PrivacyConfig
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.calibration import PlannedRelease, calibrate
+from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON, PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
 from fedkmeans.stages import release_plan
@@ -85,9 +85,10 @@ def check_int(name: str, value: int, minimum: int) -> int:
 
 def _check_epsilon(epsilon: float) -> float:
     if isinstance(epsilon, bool) or not (
-        isinstance(epsilon, (int, float, np.floating)) and 0 < epsilon <= 100
+        isinstance(epsilon, (int, float, np.floating)) and 0 < epsilon <= MAX_FINITE_EPSILON
     ):
-        raise ValueError(f"epsilon must be a finite float in (0, 100], got {epsilon!r}")
+        raise ValueError(
+            f"epsilon must be a finite float in (0, {MAX_FINITE_EPSILON:g}], got {epsilon!r}")
     return float(epsilon)
 
 

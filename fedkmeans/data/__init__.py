@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedkmeans.config import REAL_DATASETS, DataConfig, ExperimentConfig, parse_holdout
+from fedkmeans.data.catalog import REAL_DATASETS, parse_holdout
 from fedkmeans.data.mixture import mixture_client, mixture_server
 from fedkmeans.data.npz import NpzDataset, load_npz
 from fedkmeans.data.tabular import Federation
 from fedkmeans.seeding import generator
+
+if TYPE_CHECKING:  # the config validates against data.catalog, so no runtime import
+    from fedkmeans.config import DataConfig, ExperimentConfig
 
 
 def _npz(path: str) -> NpzDataset:

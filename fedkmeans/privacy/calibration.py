@@ -24,7 +24,10 @@ from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
 __all__ = ["PlannedRelease", "analytic_gaussian_sigma", "calibrate"]
 
-MAX_EPSILON = 1000.0  # PLD cost grows ~linearly with epsilon (~40 s at 1000)
+#: Largest finite target epsilon (the config's and the audit's too): beyond it the noise
+#: is negligible and the PLD of near-zero noise needs huge discretisations (the cost
+#: grows about linearly with epsilon); use inf for a non-private run.
+MAX_FINITE_EPSILON = 100.0
 _SEARCH_DISCRETIZATION = 1e-3
 _FINAL_DISCRETIZATION = 1e-4
 _LOWER_FRACTION = 0.99  # accept a composed epsilon in [0.99, 1] * target
@@ -105,7 +108,8 @@ def calibrate(
         :class:`PrivacyAccountant` (a sampled group with several releases must be
         all-Gaussian).
     epsilon : float
-        Target epsilon in ``(0, 1000]``; ``math.inf`` gives noise scale 0 everywhere.
+        Target epsilon in ``(0, MAX_FINITE_EPSILON]`` (100); ``math.inf`` gives noise
+        scale 0 everywhere.
         (Larger finite targets are rejected: the PLD of nearly noiseless mechanisms
         gets too large to build.)
     delta : float
@@ -125,9 +129,10 @@ def calibrate(
     check_delta(delta)
     if not (
         isinstance(epsilon, (int, float, np.floating))
-        and (0.0 < epsilon <= MAX_EPSILON or epsilon == math.inf)
+        and (0.0 < epsilon <= MAX_FINITE_EPSILON or epsilon == math.inf)
     ):
-        raise ValueError(f"epsilon must be in (0, {MAX_EPSILON:g}] or math.inf, got {epsilon!r}")
+        raise ValueError(
+            f"epsilon must be in (0, {MAX_FINITE_EPSILON:g}] or math.inf, got {epsilon!r}")
     planned = list(planned)
     if not planned:
         raise ValueError("planned must be a non-empty sequence of PlannedRelease")

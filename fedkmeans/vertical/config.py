@@ -14,7 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fedkmeans.config import ConfigError
+from fedkmeans.schema import (
+    ConfigError,
+    Constraint,
+    Dependent,
+    Rule,
+    at_least,
+    check,
+    interval,
+    never,
+    one_of,
+    require,
+)
 from fedkmeans.vertical.data import DATASETS, SCALES
 from fedkmeans.vertical.defence import DEFENCES, MECHANISMS
 from fedkmeans.vertical.protocol import INITS
@@ -129,10 +140,39 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
     return raw
 
 
-def _check(condition: bool, key: str, allowed: str, value: Any) -> None:
-    if not condition:
-        raise ConfigError(f"config key '{key}' must be {allowed}, got {value!r}")
-
+#: Every value's constraint, in the order they are checked (:mod:`fedkmeans.schema`).
+RULES: tuple[Rule, ...] = (
+    require("seed", at_least(0), lambda c: c.seed),
+    require("dataset", one_of(DATASETS), lambda c: c.dataset),
+    require("scale", one_of(SCALES), lambda c: c.scale),
+    require("parties", at_least(1, note=" (and <= the number of features)"),
+            lambda c: c.parties),
+    require("k", at_least(2, note=" (and <= the number of samples)"), lambda c: c.k),
+    require("iterations", interval(1, 500, kind="an integer", low_open=False),
+            lambda c: c.iterations),
+    require("init", one_of(INITS), lambda c: c.init),
+    require("defence", one_of(DEFENCES), lambda c: c.defence),
+    require("mechanism", one_of(MECHANISMS), lambda c: c.mechanism),
+    require("epsilon", interval(0, 20, kind="a number"), lambda c: c.epsilon),
+    require("levels", interval(3, 10000, kind="an integer", low_open=False),
+            lambda c: c.levels),
+    require("l-ratio", interval(0, 1, kind="a number"), lambda c: c.l_ratio),
+    require("bound", Constraint(lambda v: math.isfinite(v) and v >= 0,
+                                "a finite number >= 0 (0 = the party's data maximum)"),
+            lambda c: c.bound),
+    require("delta", interval(0, 1, kind="a number", high_open=True), lambda c: c.delta),
+    require("attack", one_of(ATTACKS), lambda c: c.attack),
+    require("attack-party", Dependent(lambda c: interval(
+        0, c.parties, kind="an integer", low_open=False, high_open=True)),
+        lambda c: c.attack_party),
+    require("attack", never("'known' only with init='random' (the server must be able to "
+                            "regenerate the initial centers)"),
+            lambda c: c.attack, when=lambda c: c.attack == "known" and c.init != "random"),
+    require("output-dir", Constraint(lambda v: v == "" or v.startswith("/"),
+                                     "an absolute path or ''"), lambda c: c.output_dir),
+    require("round-timeout", Constraint(lambda v: v > 0, "a number > 0"),
+            lambda c: c.round_timeout),
+)
 
 def parse_vertical_config(flat: Mapping[str, Any]) -> VerticalConfig:
     """Build and validate a :class:`VerticalConfig` from a flat mapping.
@@ -156,29 +196,5 @@ def parse_vertical_config(flat: Mapping[str, Any]) -> VerticalConfig:
         raise ConfigError(f"unknown config key(s) {unknown}; valid keys are: {', '.join(DEFAULTS)}")
     values = {key.replace("-", "_"): _coerce(key, raw, DEFAULTS[key]) for key, raw in flat.items()}
     c = VerticalConfig(**values)
-    _check(c.seed >= 0, "seed", "an integer >= 0", c.seed)
-    _check(c.dataset in DATASETS, "dataset", f"one of {DATASETS}", c.dataset)
-    _check(c.scale in SCALES, "scale", f"one of {SCALES}", c.scale)
-    _check(c.parties >= 1, "parties", "an integer >= 1 (and <= the number of features)",
-           c.parties)
-    _check(c.k >= 2, "k", "an integer >= 2 (and <= the number of samples)", c.k)
-    _check(1 <= c.iterations <= 500, "iterations", "an integer in [1, 500]", c.iterations)
-    _check(c.init in INITS, "init", f"one of {INITS}", c.init)
-    _check(c.defence in DEFENCES, "defence", f"one of {DEFENCES}", c.defence)
-    _check(c.mechanism in MECHANISMS, "mechanism", f"one of {MECHANISMS}", c.mechanism)
-    _check(0 < c.epsilon <= 20, "epsilon", "a number in (0, 20]", c.epsilon)
-    _check(3 <= c.levels <= 10000, "levels", "an integer in [3, 10000]", c.levels)
-    _check(0 < c.l_ratio <= 1, "l-ratio", "a number in (0, 1]", c.l_ratio)
-    _check(math.isfinite(c.bound) and c.bound >= 0, "bound",
-           "a finite number >= 0 (0 = the party's data maximum)", c.bound)
-    _check(0 < c.delta < 1, "delta", "a number in (0, 1)", c.delta)
-    _check(c.attack in ATTACKS, "attack", f"one of {ATTACKS}", c.attack)
-    _check(0 <= c.attack_party < c.parties, "attack-party", f"an integer in [0, {c.parties})",
-           c.attack_party)
-    _check(c.attack != "known" or c.init == "random", "attack",
-           "'known' only with init='random' (the server must be able to regenerate the "
-           "initial centers)", c.attack)
-    _check(c.output_dir == "" or c.output_dir.startswith("/"), "output-dir",
-           "an absolute path or ''", c.output_dir)
-    _check(c.round_timeout > 0, "round-timeout", "a number > 0", c.round_timeout)
+    check(c, RULES)
     return c
