@@ -13,35 +13,9 @@ neighbours (:mod:`fedkmeans.attacks.release_audit`); the default ``--path canary
 the canary game (:mod:`fedkmeans.attacks.canary`, audited by
 :mod:`fedkmeans.attacks.canary_audit`).
 
-The game, for one release (or one round's joint releases, e.g. a FedDP-Lloyds step's
-sums and counts):
-
-1. A fixed base dataset ``D`` (points clipped to the data radius) and a worst-case
-   **canary** point at the clipping bound, ``p = Delta e_1`` (for the symmetric
-   covariance noise the diagonal entry ``Delta^2`` is not spread over mirrored
-   entries, so ``e_1`` is the worst direction). The client statistics with (``D + p``,
-   world IN) and without the canary (``D``, world OUT) come from the real client code
-   (:mod:`fedkmeans.clustering.client_stats`).
-2. Each trial flips the world and releases the statistic with the real mechanism
-   code (:mod:`fedkmeans.privacy.mechanisms`), calibrated by
-   :func:`fedkmeans.privacy.calibration.calibrate`, with fresh noise from one explicit
-   generator.
-3. The white-box test knows both aggregates and the noise scales; it scores each
-   release by the log-likelihood ratio (the most powerful test by Neyman-Pearson) and
-   says IN when the score exceeds a threshold. The threshold is chosen on a
-   **separate** set of selection trials (the one maximising the bound there), then
-   the false positive and false negative rates are counted on the evaluation trials.
-4. With 95% (two-sided) Clopper-Pearson upper bounds ``FPR+`` and ``FNR+``::
-
-       eps_LB = max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))
-
-   Any (eps, delta)-DP mechanism has eps_LB <= eps except with probability about 5%;
-   an eps_LB above the accountant's epsilon means the noise is too small for the
-   sensitivity actually achieved (``--under-noise`` plants docs/facts.md,
-   "Reference bug 1": step-1 noise calibrated to Delta instead of Delta^2).
-
-Zero errors among ``n`` evaluation trials per world caps the bound at about
-``ln(1 / (1 - 0.025^(1/n)))``: 4.9 at 500 per world (1000 evaluation trials).
+The canary game, its optimal test and the Clopper-Pearson bound are described in
+:mod:`fedkmeans.attacks.canary`; ``--ledger`` recomputes a published ledger's epsilon
+(:mod:`fedkmeans.attacks.ledger_check`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,14 @@ release's noise is set so that it alone would be ``epsilon_i``-DP (Laplace
 (coarse PLD, discretization 1e-3) so that the PLD-composed epsilon of the whole plan
 (:class:`PrivacyAccountant`) is just below the target, and verified with the default
 discretization 1e-4. Larger ``c`` means less noise and a larger composed epsilon.
+
+Each mechanism's standalone calibration and ``dp_event`` come from its spec
+(:mod:`fedkmeans.privacy.registry`). ``dp_accounting.mechanism_calibration.
+calibrate_dp_mechanism`` does the same kind of one-parameter search, but with its own
+bracketing and stopping rule it lands on another ``c`` within the tolerance: every
+noise scale, hence every reproducible result and ledger, would change, and it has no
+coarse-search-then-verify step at two discretisations. So the search stays here; the
+accountant it queries is dp_accounting's PLD.
 """
 
 from __future__ import annotations
