@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedkmeans.data.catalog import REAL_DATASETS, holdout_allowed, holdout_ok
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
+from fedkmeans.privacy.registry import MECHANISMS, mechanism
 from fedkmeans.schema import (
     ConfigError,
     Constraint,
@@ -49,7 +50,8 @@ AUTO_K = 0
 AUTO = "auto"
 PARTITIONS = ("iid", "dirichlet")
 PRIVACY_LEVELS = ("datapoint", "client")
-COUNT_NOISES = ("laplace", "gaussian")
+#: The counts' mechanism: any registered one (:mod:`fedkmeans.privacy.registry`).
+COUNT_NOISES = tuple(MECHANISMS)
 #: ``central``: the server clips, sums and adds the noise (trusted server); ``secagg``:
 #: clients clip and add noise shares, nodes sum with Flower's SecAgg+ (docs/secagg.md).
 AGGREGATIONS = ("central", "secagg")
@@ -148,7 +150,7 @@ RULES: tuple[Rule, ...] = (
     require("privacy.count-noise", one_of(COUNT_NOISES), lambda c: c.privacy.count_noise),
     require("privacy.sampling-rate", interval(0, 1), lambda c: c.privacy.sampling_rate),
     require("privacy.count-noise", Constraint(
-        lambda v: v == "gaussian",
+        lambda v: mechanism(v).joint_in_cohort,
         "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
         "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')"),
         lambda c: c.privacy.count_noise, when=_PRIVATE_SAMPLED),
@@ -168,7 +170,7 @@ RULES: tuple[Rule, ...] = (
         "lloyds-nonprivate): secure aggregation sums clipped statistics with distributed "
         "noise"), lambda c: c.privacy.aggregation, when=lambda c: _SECAGG(c) and not c.is_private),
     require("privacy.count-noise", Constraint(
-        lambda v: v == "gaussian",
+        lambda v: mechanism(v).additive_shares,
         "'gaussian' when privacy.aggregation = 'secagg' (noise shares must add up to the "
         "calibrated noise; Laplace noise does not split into shares)"),
         lambda c: c.privacy.count_noise, when=_SECAGG),
