@@ -13,9 +13,11 @@ neighbours (:mod:`fedkmeans.attacks.release_audit`); the default ``--path canary
 the canary game (:mod:`fedkmeans.attacks.canary`, audited by
 :mod:`fedkmeans.attacks.canary_audit`).
 
-The canary game, its optimal test and the Clopper-Pearson bound are described in
-:mod:`fedkmeans.attacks.canary`; ``--ledger`` recomputes a published ledger's epsilon
-(:mod:`fedkmeans.attacks.ledger_check`).
+Each audit prints, next to the accountant's epsilon, the lower bound
+``eps_LB = max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))`` from
+95% Clopper-Pearson upper bounds on the optimal test's error rates (the game and the
+test: :mod:`fedkmeans.attacks.canary`). ``--ledger`` recomputes a published ledger's
+epsilon (:mod:`fedkmeans.attacks.ledger_check`).
 """
 
 from __future__ import annotations
