@@ -119,6 +119,11 @@ class NodeData:
         stack exists. At client level each triangle is clipped by the Frobenius norm of
         its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
         """
+        return {"covariance": self.clip_covariance_triangles(
+            self.raw_covariance_triangles(clients))}
+
+    def raw_covariance_triangles(self, clients: Sequence[int]) -> np.ndarray:
+        """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2)."""
         d = self.dim
         rows, cols = np.triu_indices(d)
         upper = cols * d + rows  # (i, j), i <= j, in dsyrk's column-major result
@@ -128,11 +133,19 @@ class NodeData:
             if x.shape[0]:
                 second_moment = blas.dsyrk(1.0, x, trans=1, lower=0)
                 np.take(second_moment.T.reshape(-1), upper, out=out[i])
+        return out
+
+    def clip_covariance_triangles(self, triangles: np.ndarray) -> np.ndarray:
+        """Client level: each client's triangle clipped by its full matrix's Frobenius norm.
+
+        In place (the caller owns ``triangles``); unchanged at data-point level or
+        without privacy.
+        """
         privacy = self.config.privacy
         if self.config.is_private and privacy.level == "client":
             bound = statistic_bounds(privacy)["covariance"].client_bound
-            out = clip_upper_triangles(out, bound, d, copy=False)
-        return {"covariance": out}
+            return clip_upper_triangles(triangles, bound, self.dim, copy=False)
+        return triangles
 
     def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
         """Client level: clip each client's row of ``stacked`` (m, ...) on its own."""

@@ -210,14 +210,21 @@ def resolve_auto(
     if searched:
         server_only = replace(best, algorithm="server-lloyds",
                               privacy=replace(best.privacy, lloyds_steps=0))
-        ours, theirs = costs_of(best, FINAL_REPS), costs_of(server_only, FINAL_REPS)
-        wins = sum(a < b for a, b in zip(ours, theirs, strict=True))
+        # paired simulations one at a time, until the outcome of all FINAL_REPS is certain
+        ours, theirs, wins = [], [], 0
+        for rep in range(FINAL_REPS):
+            ours.append(costs_of(best, rep + 1)[rep])
+            theirs.append(costs_of(server_only, rep + 1)[rep])
+            wins += ours[-1] < theirs[-1]
+            if wins >= FINAL_WINS or len(ours) - wins > FINAL_REPS - FINAL_WINS:
+                break
         record["candidates"].append({"stage": SERVER_ONLY,
                                      "simulated_cost": float(np.mean(theirs))})
         record["final_comparison"] = {"private": ours, "server_only": theirs, "wins": wins,
-                                      "needed": FINAL_WINS}
-        versus = (f"the private protocol won {wins} of {FINAL_REPS} paired simulations "
-                  f"against k-means on the server's data alone (needs {FINAL_WINS})")
+                                      "needed": FINAL_WINS, "of": FINAL_REPS}
+        versus = (f"the private protocol won {wins} of {len(ours)} paired simulations "
+                  f"against k-means on the server's data alone (needs {FINAL_WINS} of "
+                  f"{FINAL_REPS}; stopped once decided)")
         if wins < FINAL_WINS:
             best = server_only
             record["why"]["algorithm"] = versus + ": no private round is run"

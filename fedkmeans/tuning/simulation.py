@@ -36,6 +36,7 @@ from typing import Iterator
 import numpy as np
 
 from fedkmeans.clustering import kmeans
+from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.node import NodeData
@@ -70,8 +71,8 @@ class SimulatedFederation:
     points: dict[int, np.ndarray]
     scale: float
     server_x: np.ndarray
-    #: Step-1 statistics by (clients, client-level bound): they do not depend on the
-    #: candidate's split or T, and are the costliest to compute (one d x d per client).
+    #: Step-1 triangles by clients, before the client-level clip: they do not depend on
+    #: the candidate, and are the costliest to compute (one d x d per client).
     covariances: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -171,12 +172,13 @@ class SimulatedPool:
         ids = np.asarray(clients, dtype=np.int64)
         if stage != "covariance":
             return Replies(ids, stage_named(stage).client(self.node, ids.tolist(), dict(arrays)))
-        privacy = self.node.config.privacy
-        key = (ids.tobytes(), privacy.level, privacy.clip_covariance)
+        # step 1: every client's X^T X once per federation; each candidate clips a copy
         cache = self.federation.covariances
+        key = ids.tobytes()
         if key not in cache:
-            cache[key] = stage_named(stage).client(self.node, ids.tolist(), dict(arrays))
-        return Replies(ids, cache[key])
+            cache[key] = self.node.raw_covariance_triangles(ids.tolist())
+        triangles = self.node.clip_covariance_triangles(cache[key].copy())
+        return Replies(ids, {"covariance": symmetric_from_upper(triangles, self.dim)})
 
 
 @contextmanager
