@@ -45,6 +45,7 @@ from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.stages import stage as stage_named
 from fedkmeans.strategies import ServerContext, build_strategy
+from fedkmeans.strategies.aggregation import RunningSums
 from fedkmeans.strategies.replies import Replies
 
 __all__ = ["SimulatedFederation", "SimulatedPool", "simulate_cost", "simulated_federation"]
@@ -148,8 +149,8 @@ class SimulatedPool:
     """The :class:`~fedkmeans.strategies.pool.ClientPool` interface over simulated clients.
 
     Every statistic is computed by the stage's ``client`` (:mod:`fedkmeans.stages`) on a
-    :class:`~fedkmeans.node.NodeData` of the simulated clients, and returned stacked
-    (the server clips and sums them as in a real round).
+    :class:`~fedkmeans.node.NodeData` of the simulated clients, then clipped and
+    summed by the server's own fold, as in a real round.
     """
 
     node: NodeData
@@ -167,18 +168,32 @@ class SimulatedPool:
 
     def query(self, stage, clients, arrays, expected, config=None, round_name=None,
               fold=None) -> Replies:
-        """The clients' stacked rows for ``stage`` (``fold`` is not needed here)."""
-        del expected, config, round_name, fold
+        """The clients' rows for ``stage``: folded as the real pool folds them.
+
+        With ``fold`` (the strategy's streaming rounds) the rows are clipped and added
+        by the same :class:`~fedkmeans.strategies.aggregation.RunningSums` as a real
+        round's replies, step 1's as upper triangles (no (m, d, d) stack); without it
+        they are returned stacked.
+        """
+        del config, round_name
         ids = np.asarray(clients, dtype=np.int64)
-        if stage != "covariance":
-            return Replies(ids, stage_named(stage).client(self.node, ids.tolist(), dict(arrays)))
-        # step 1: every client's X^T X once per federation; each candidate clips a copy
-        cache = self.federation.covariances
-        key = ids.tobytes()
-        if key not in cache:
-            cache[key] = self.node.raw_covariance_triangles(ids.tolist())
-        triangles = self.node.clip_covariance_triangles(cache[key].copy())
-        return Replies(ids, {"covariance": symmetric_from_upper(triangles, self.dim)})
+        if stage == "covariance":
+            # step 1: every client's X^T X once per federation; each candidate clips a copy
+            cache = self.federation.covariances
+            key = ids.tobytes()
+            if key not in cache:
+                cache[key] = self.node.raw_covariance_triangles(ids.tolist())
+            rows = {"covariance": self.node.clip_covariance_triangles(cache[key].copy())}
+            triangles = frozenset(rows)
+        else:
+            rows = stage_named(stage).client(self.node, ids.tolist(), dict(arrays))
+            triangles = frozenset()
+        if fold is None:
+            return Replies(ids, {name: symmetric_from_upper(v, self.dim) if name in triangles
+                                 else v for name, v in rows.items()})
+        sums = RunningSums(expected, fold)
+        sums.add(rows, triangles)
+        return Replies(ids, sums.as_rows(), folded=True)
 
 
 @contextmanager
