@@ -108,3 +108,28 @@ def test_bad_arguments():
         clip_rows_l2(np.ones(3), 1.0)
     with pytest.raises(ValueError, match="finite"):
         clip_l2(np.array([1.0, np.nan]), 1.0)
+
+
+def test_clip_factors_hand_computed_and_only_read():
+    from fedkmeans.privacy.clipping import clip_factors
+
+    x = np.array([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0], [-6.0, 8.0]])
+    x.flags.writeable = False  # a read-only view of a reply is enough
+    factor = clip_factors(x, 1.0)
+    np.testing.assert_allclose(factor, [0.2, 1.0, 1.0, 0.1])
+    assert factor[1] == 1.0 and factor[2] == 1.0  # rows inside keep a factor of exactly 1
+    np.testing.assert_allclose(clip_factors(x, 1.0, "l1"), [1 / 7, 1.0, 1.0, 1 / 14])
+    np.testing.assert_array_equal(clip_factors(x, math.inf), np.ones(4))
+
+
+def test_clip_factors_keep_every_product_inside_the_ball():
+    from fedkmeans.privacy.clipping import clip_factors
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4000, 9)) * rng.lognormal(size=(4000, 1)) * 50
+    for bound in (1.0, 0.1, 3.3, 11.0):
+        factor = clip_factors(x, bound)
+        products = x * factor[:, None]
+        assert np.all(np.sqrt(np.sum(products * products, axis=1)) <= bound)
+        np.testing.assert_allclose(factor, np.minimum(1.0, bound / np.linalg.norm(x, axis=1)),
+                                   rtol=1e-14)

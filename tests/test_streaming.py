@@ -190,3 +190,29 @@ def test_the_order_of_arrival_does_not_change_a_bit(small_config, tmp_path):
     reversed_ = _run_on(_ReversedGrid, {**flat, "output-dir": str(tmp_path / "b")})
     np.testing.assert_array_equal(np.asarray(in_order["centers"]),
                                   np.asarray(reversed_["centers"]))
+
+
+class _GarbledGrid(InProcessGrid):
+    """Node 2 answers every query with bytes that are not a ``.npy`` payload."""
+
+    def _deliver(self, msg):
+        reply = super()._deliver(msg)
+        if msg.metadata.dst_node_id == 2 and msg.metadata.message_type != "query.register":
+            from flwr.app import Array
+
+            record = reply.content.array_records["arrays"]
+            for name in list(record):
+                record[name] = Array(dtype="float64", shape=(1,), stype="numpy.ndarray",
+                                     data=b"\x93NUMPY garbage")
+        return reply
+
+
+def test_a_malformed_reply_is_rejected_not_fatal(small_config, tmp_path):
+    """The server reads replies in place; bytes it cannot parse reject that node only."""
+    flat = {**small_config, "privacy.reproducible-noise": True, "federation.num-nodes": 4,
+            "federation.min-replies": 0.5, "output-dir": str(tmp_path)}
+    result = _run_on(_GarbledGrid, flat)
+    rejected = result["federation"]["rejected_replies"]
+    assert rejected and all(r["node"] == 2 and r["reason"].startswith("malformed content")
+                            for r in rejected)
+    assert np.isfinite(np.asarray(result["centers"])).all()

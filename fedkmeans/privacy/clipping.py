@@ -3,7 +3,8 @@
 Clipping bounds the norm of what one unit (a data point or a whole client) can
 contribute to an aggregate; that bound is the sensitivity used to calibrate the
 noise in :mod:`fedkmeans.privacy.mechanisms`. Every function returns a new array and
-never modifies its input. ``bound = math.inf`` disables clipping (a copy is returned).
+never modifies its input (:func:`clip_upper_triangles` with ``copy=False`` excepted;
+:func:`clip_factors` only reads). ``bound = math.inf`` disables clipping (a copy is returned).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
-    "clip_rows_l2", "clip_l2", "clip_l1", "clip_l1_nonnegative", "clip_stacked",
-    "clip_upper_triangles", "triangle_weights",
+    "clip_factors", "clip_rows_l2", "clip_l2", "clip_l1", "clip_l1_nonnegative",
+    "clip_stacked", "clip_upper_triangles", "triangle_weights",
 ]
 
 _NORMS = ("l2", "l1", "l1_nonnegative")
@@ -51,37 +52,62 @@ def _norms(
     return np.sum(np.abs(flat), axis=1)
 
 
+def clip_factors(
+    flat: NDArray[np.floating], bound: float, kind: str = "l2",
+    weights: NDArray[np.floating] | None = None,
+) -> NDArray[np.floating]:
+    """Per-row factors that clip each row of ``flat`` to ``kind``-norm <= ``bound``.
+
+    ``factor[i] = min(1, bound / norm(flat[i]))``, shrunk by a few ulps where
+    rounding leaves the product ``factor[i] * flat[i]`` outside the ball, so that
+    every product satisfies ``norm <= bound`` in floating point. ``flat`` is only
+    read (a read-only view of a message is fine): the sum of the clipped rows is
+    ``factor @ flat``.
+
+    Parameters
+    ----------
+    flat : ndarray of shape (m, n)
+    bound : float
+        In ``(0, inf]``.
+    kind : {"l2", "l1"}
+    weights : ndarray of shape (n,), optional
+        Squared-entry weights of a weighted l2 norm (:func:`triangle_weights`).
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        Exactly 1 for rows already inside the ball.
+    """
+    bound = _check_bound(bound)
+    factor = np.ones(flat.shape[0])
+    if math.isinf(bound) or flat.size == 0:
+        return factor
+    norms = _norms(flat, kind, weights)
+    still = np.flatnonzero(norms > bound)
+    factor[still] = bound / norms[still]
+    for _ in range(8):
+        if still.size == 0:
+            break
+        still = still[_norms(flat[still] * factor[still, None], kind, weights) > bound]
+        factor[still] *= _SHRINK
+    return factor
+
+
 def _clip_flat(
     flat: NDArray[np.floating], bound: float, kind: str,
     weights: NDArray[np.floating] | None = None,
 ) -> NDArray[np.floating]:
     """Clip each row of ``flat`` (shape ``(m, n)``) in place to ``kind``-norm <= bound.
 
-    Rows already inside the ball are left bit-exact. Rows outside are multiplied by
-    ``bound / norm``; if rounding leaves a row a few ulps outside, it is shrunk by a
-    few more ulps so that the guarantee ``norm <= bound`` holds exactly in floating
-    point.
+    Rows already inside the ball are left bit-exact; the others are multiplied by
+    their :func:`clip_factors`.
     """
     if kind == "l1_nonnegative":
         np.maximum(flat, 0.0, out=flat)
         kind = "l1"
-    if math.isinf(bound) or flat.size == 0:
-        return flat
-    norms = _norms(flat, kind, weights)
-    outside = norms > bound
-    if not np.any(outside):
-        return flat
-    idx = np.flatnonzero(outside)
-    # one pass over all rows: a factor of exactly 1 keeps the rows inside bit-exact
-    factor = np.ones_like(norms)
-    factor[idx] = bound / norms[idx]
-    flat *= factor[:, None]
-    still = idx
-    for _ in range(8):
-        still = still[_norms(flat[still], kind, weights) > bound]
-        if still.size == 0:
-            break
-        flat[still] *= _SHRINK
+    factor = clip_factors(flat, bound, kind, weights)
+    if np.any(factor != 1.0):  # one pass; a factor of exactly 1 keeps a row bit-exact
+        flat *= factor[:, None]
     return flat
 
 

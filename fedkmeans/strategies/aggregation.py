@@ -7,8 +7,10 @@ array per statistic, the sum of the clipped rows folded so far, so the honest se
 holds ``O(k d + d^2)`` per statistic instead of ``O(clients)`` rows.
 
 Clipping is exactly that of the stacked path (:func:`clipped_sum`: the same
-:func:`~fedkmeans.privacy.clipping.clip_stacked` on every row); only the order of
-the floating-point additions differs (message by message instead of all rows in
+:func:`~fedkmeans.privacy.clipping.clip_stacked` on every row; step 1's triangles:
+the same per-row factors, :func:`~fedkmeans.privacy.clipping.clip_factors`, summed
+as one matrix-vector product without copying the reply); only the order of the
+floating-point additions differs (message by message instead of all rows in
 client-id order), so results agree to rounding (about 1e-15 relative).
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.privacy.clipping import clip_stacked, clip_upper_triangles
+from fedkmeans.privacy.clipping import clip_factors, clip_stacked, triangle_weights
 
 __all__ = ["CLIP_CHUNK", "Fold", "RunningSums", "clipped_sum", "clipped_triangle_sum"]
 
@@ -74,13 +76,14 @@ def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
     return _chunked_sum(values, lambda chunk: clip_stacked(chunk, bound, norm))
 
 
-def clipped_triangle_sum(
-    triangles: np.ndarray, bound: float, dim: int, *, in_place: bool = False
-) -> np.ndarray:
+def clipped_triangle_sum(triangles: np.ndarray, bound: float, dim: int) -> np.ndarray:
     """:func:`clipped_sum` of symmetric (dim, dim) rows given as upper triangles (l2).
 
-    ``in_place``: clip ``triangles`` where they are (a validated reply the caller owns
-    and drops afterwards) instead of a copy of each chunk.
+    Each row's factor clips its full matrix's Frobenius norm
+    (:func:`~fedkmeans.privacy.clipping.clip_factors` with
+    :func:`~fedkmeans.privacy.clipping.triangle_weights`); the clipped rows are summed
+    as ``factors @ chunk``, so ``triangles`` is only read (a read-only view of a
+    reply's bytes) and never copied.
 
     Returns
     -------
@@ -89,8 +92,12 @@ def clipped_triangle_sum(
     """
     if math.isinf(bound):
         return _chunked_sum(triangles, None)
-    return _chunked_sum(
-        triangles, lambda chunk: clip_upper_triangles(chunk, bound, dim, copy=not in_place))
+    weights = triangle_weights(dim)
+    total = np.zeros(triangles.shape[1], dtype=np.float64)
+    for start in range(0, triangles.shape[0], CLIP_CHUNK):
+        chunk = triangles[start:start + CLIP_CHUNK]
+        total += clip_factors(chunk, bound, "l2", weights) @ chunk
+    return total
 
 
 class RunningSums:
@@ -132,9 +139,7 @@ class RunningSums:
             if name in triangles:
                 if fold.norm != "l2":
                     raise ValueError(f"'{name}' as triangles needs an l2 fold, got {fold.norm}")
-                # the pool's own validated copy of the reply, dropped after this fold
-                part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0],
-                                            in_place=True)
+                part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0])
                 self.triangle_totals[name] = self.triangle_totals.get(name, 0.0) + part
             else:
                 total += clipped_sum(rows[name], fold.bound, fold.norm)

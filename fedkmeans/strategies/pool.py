@@ -81,7 +81,11 @@ class ClientPool:
         dims: dict[int, int] = {}
         seen: dict[int, int] = {}
         for nid, reply in replies.items():
-            arrays, config = unpack(reply.content)
+            try:
+                arrays, config = unpack(reply.content)
+            except ValueError as exc:
+                self._reject(nid, "register", f"malformed content: {exc}")
+                continue
             ids = np.asarray(arrays.get("client_ids", np.zeros(0)), dtype=np.int64)
             for cid in ids.tolist():
                 if cid in seen:
@@ -272,8 +276,12 @@ class ClientPool:
                     self._reject(batches[i][0], round_name,
                                  f"error reply: {reply.error.reason}")
                     arrived[i] = None
-                else:
-                    arrived[i] = unpack(reply.content)[0]
+                    continue
+                try:  # read-only views of the reply's bytes: the fold only reads them
+                    arrived[i] = unpack(reply.content, copy=False)[0]
+                except ValueError as exc:
+                    self._reject(batches[i][0], round_name, f"malformed content: {exc}")
+                    arrived[i] = None
             if not replies and in_flight:
                 time.sleep(_POLL_SECONDS)
             del replies
@@ -307,7 +315,13 @@ class ClientPool:
         """Send ``arrays`` to every node; return each reply's arrays (node order)."""
         replies = self._send(
             {nid: pack(arrays, self.settings) for nid in self.node_clients}, stage)
-        return [unpack(replies[nid].content)[0] for nid in sorted(replies)]
+        out = []
+        for nid in sorted(replies):
+            try:
+                out.append(unpack(replies[nid].content)[0])
+            except ValueError as exc:
+                self._reject(nid, stage, f"malformed content: {exc}")
+        return out
 
     def _validate(self, nid, round_name, got, requested, expected, keep_triangles=False):
         """Accepted client ids and their rows (finite, right shapes) of one reply.
