@@ -62,6 +62,25 @@ class NodeData:
     #: Clients with points clipped to the data radius (evaluation reloads only those).
     clipped_clients: frozenset[int] = frozenset()
 
+    def __post_init__(self) -> None:
+        """Keep the hosted points in one array, client after client (``client_ids``).
+
+        ``points[c]`` become views of it, so the points of consecutive clients -- the
+        batches the server asks for -- are one slice, never copied per round.
+        """
+        order = [c for c in self.client_ids.tolist() if c in self.points]
+        arrays = [self.points[c] for c in order]
+        self._stacked = None
+        if not arrays or len(order) != len(self.points) or any(
+                x.ndim != 2 or x.shape[1] != arrays[0].shape[1] for x in arrays):
+            return
+        sizes = np.array([x.shape[0] for x in arrays])
+        self._stacked = np.concatenate(arrays)
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self._position = {c: i for i, c in enumerate(order)}
+        self.points = {c: self._stacked[self._offsets[i]:self._offsets[i + 1]]
+                       for i, c in enumerate(order)}
+
     @classmethod
     def load(
         cls, config: ExperimentConfig, partition_id: int, num_partitions: int, data_path: str = ""
@@ -161,8 +180,13 @@ class NodeData:
         sizes = [self.points[c].shape[0] for c in clients]
         if not clients:
             return np.zeros((0, self.dim)), np.zeros(0, np.int64)
-        x = np.concatenate([self.points[c] for c in clients])
-        return x, np.repeat(np.arange(len(clients)), sizes)
+        owner = np.repeat(np.arange(len(clients)), sizes)
+        if self._stacked is not None:
+            first = self._position[clients[0]]
+            if [self._position[c] for c in clients] == list(range(first, first + len(clients))):
+                start, stop = self._offsets[first], self._offsets[first + len(clients)]
+                return self._stacked[start:stop], owner  # consecutive clients: a view
+        return np.concatenate([self.points[c] for c in clients]), owner
 
     def histogram(
         self, clients: Sequence[int], basis: np.ndarray, projected_server: np.ndarray
@@ -285,6 +309,27 @@ class NodeData:
         ]
         return {"centers": _stack(stats, (local_k, self.dim))}
 
+    def _original_segments(self, clients: list[int]) -> list[np.ndarray]:
+        """The clients' original points, in order, as few arrays as possible.
+
+        Runs of consecutive clients whose points were not clipped are slices of the
+        stacked points (no copy); a clipped client's original points are reloaded.
+        """
+        if self._stacked is None:
+            return [data_access.load_client(self.config, c, self.data_path)[0]
+                    if c in self.clipped_clients else self.points[c] for c in clients]
+        segments, run = [], []
+        for c in clients + [None]:
+            if c is not None and c not in self.clipped_clients:
+                run.append(c)
+                continue
+            if run:
+                segments.append(self._pooled(run)[0])
+                run = []
+            if c is not None:
+                segments.append(data_access.load_client(self.config, c, self.data_path)[0])
+        return segments
+
     def evaluate(self, centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE evaluation over all hosted clients (summed over the node).
 
@@ -295,17 +340,15 @@ class NodeData:
         """
         k = centers.shape[0]
         clients = self.client_ids.tolist()
-        x = np.concatenate([
-            data_access.load_client(self.config, c, self.data_path)[0]
-            if c in self.clipped_clients else self.points[c] for c in clients
-        ]) if clients else np.zeros((0, max(self.dim, 1)))
-        cost = 0.0
-        assigned = np.empty(x.shape[0], dtype=np.int64)
-        for start in range(0, x.shape[0], BLOCK):
-            block = x[start:start + BLOCK]
-            assigned[start:start + BLOCK] = nearest_center(block, centers)
-            cost += float(((block - centers[assigned[start:start + BLOCK]]) ** 2).sum())
-        out = {"cost_sum": np.array([cost]), "num_points": np.array([float(x.shape[0])])}
+        cost, labels_of = 0.0, []
+        for segment in self._original_segments(clients):
+            for start in range(0, segment.shape[0], BLOCK):
+                block = segment[start:start + BLOCK]
+                labels_of.append(nearest_center(block, centers))
+                offset = block - centers[labels_of[-1]]
+                cost += float(np.einsum("ij,ij->", offset, offset))
+        assigned = np.concatenate([np.zeros(0, np.int64), *labels_of])
+        out = {"cost_sum": np.array([cost]), "num_points": np.array([float(assigned.size)])}
         labelled = [self.labels[c] for c in clients]
         if clients and all(y is not None for y in labelled):
             y = np.concatenate(labelled)

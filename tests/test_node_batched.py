@@ -135,3 +135,27 @@ def test_a_bounded_node_cache_keeps_the_current_node_and_reloads_the_same_points
         assert len(client_app._NODES) == 4
     finally:
         client_app.forget_nodes()
+
+
+def test_evaluation_reads_clipped_clients_original_points_and_the_rest_in_place():
+    """Points are stacked once; evaluation reloads only the clients clipped to the radius."""
+    from fedkmeans.data import load_client
+
+    config = parse_config({"data.num-clients": 12, "data.points-per-client": 20,
+                           "data.dim": 6, "k": 3, "data.components": 3,
+                           "privacy.data-radius": 4.0})
+    node = NodeData.load(config, 0, 2)
+    ids = node.client_ids.tolist()
+    assert 0 < len(node.clipped_clients) < len(ids)  # a mix of clipped and untouched
+    original = np.concatenate([load_client(config, c)[0] for c in ids])
+    assert not np.array_equal(original, np.concatenate([node.points[c] for c in ids]))
+    centers = np.array([[0.0] * 6, [2.0] * 6, [-2.0] * 6])
+    d2 = ((original[:, None, :] - centers[None]) ** 2).sum(axis=2)
+    out = node.evaluate(centers)
+    assert out["num_points"][0] == original.shape[0]
+    assert out["cost_sum"][0] == pytest.approx(d2.min(axis=1).sum(), rel=1e-12)
+    # consecutive clients are served as one view of the stacked points, not a copy
+    pooled, owner = node._pooled(ids[1:4])
+    assert np.shares_memory(pooled, node.points[ids[1]])
+    np.testing.assert_array_equal(pooled, np.concatenate([node.points[c] for c in ids[1:4]]))
+    np.testing.assert_array_equal(owner, np.repeat([0, 1, 2], 20))
