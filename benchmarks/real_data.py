@@ -102,8 +102,10 @@ def summarise(rows: list[dict]) -> list[str]:
                   "| level | epsilon | auto | guess | auto / server | auto chose "
                   "(FedDP runs of the seeds) | tuning s | run s |",
                   "|---|---|---|---|---|---|---|---|"]
-        for level in dict.fromkeys(r["level"] for r in sel):
-            for eps in sorted({r["epsilon"] for r in sel if r["level"] == level}):
+        # the server-only rows are tagged with one level and epsilon but serve every cell
+        for level in dict.fromkeys(r["level"] for r in sel if r["setting"] != "server"):
+            for eps in sorted({r["epsilon"] for r in sel
+                               if r["level"] == level and r["setting"] != "server"}):
                 cell = [r for r in sel if (r["level"], r["epsilon"]) == (level, eps)]
                 med = {s: statistics.median(r["cost_ratio"] for r in cell if r["setting"] == s)
                        for s in ("auto", "guess")}
