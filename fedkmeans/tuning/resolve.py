@@ -68,8 +68,12 @@ CLIP_QUANTILES = (1.0, 0.75, 0.5)
 #: Simulated federations per candidate in the search.
 REPS = 2
 #: Paired simulated federations of the final comparison with the server-only answer,
-#: and how many of them the private protocol must win to be chosen.
-FINAL_REPS, FINAL_WINS = 6, 5
+#: and how many of them the private protocol must win to be chosen. 4 of 6, not 5: on
+#: the real data benchmark (4 sets x 11 settings x 5 seeds) 5 of 6 ran the protocol 91
+#: times, 1 of them worse than that seed's server answer (1.0007 x); 4 of 6 ran it 98
+#: times, 3 worse (at most 1.0105 x), and gained where the win is real (digits,
+#: data-point epsilon = 4: 0.97 x the server; nycflights, client epsilon = 1: 0.98 x).
+FINAL_REPS, FINAL_WINS = 6, 4
 _CLIPS = CLIENT_KEYS[1:]
 #: Candidate name of the server-only answer.
 SERVER_ONLY = "server-only"
