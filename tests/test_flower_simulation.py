@@ -14,6 +14,7 @@ import pytest
 from fedkmeans.engines.flower import (
     PROJECT_DIR,
     flower_env,
+    free_port,
     processes_with_env,
     stop_all,
 )
@@ -85,3 +86,10 @@ def test_auto_settings_reach_the_supernodes(small_config, tmp_path):
     np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
     radius = flower["tuning"]["chosen"]["data_radius"]
     assert 0 < radius < small_config["privacy.data-radius"] * 10
+
+
+def test_free_ports_are_never_handed_out_twice():
+    # a Ray head takes seven ports in one command; the kernel can give a closed probe's
+    # port to the next probe (seen: node manager and object manager on one port)
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)

@@ -105,11 +105,25 @@ def _release_watchdog(watchdog: subprocess.Popen) -> None:
         watchdog.kill()
 
 
+#: Ports :func:`free_port` has handed out in this process.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free now and new to this process.
+
+    Once a probe socket is closed the kernel may give the same port to the next probe,
+    so a command that takes several ports at once (Ray's components, a SuperLink's
+    APIs) could get one port twice; ports already handed out are never returned again.
+    """
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free TCP port on 127.0.0.1 that this process has not used yet")
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
