@@ -103,10 +103,10 @@ def summarise(rows: list[dict]) -> list[str]:
                   "(FedDP runs of the seeds) | tuning s | run s |",
                   "|---|---|---|---|---|---|---|---|"]
         # the server-only rows are tagged with one level and epsilon but serve every cell
-        for level in dict.fromkeys(r["level"] for r in sel if r["setting"] != "server"):
-            for eps in sorted({r["epsilon"] for r in sel
-                               if r["level"] == level and r["setting"] != "server"}):
-                cell = [r for r in sel if (r["level"], r["epsilon"]) == (level, eps)]
+        private = [r for r in sel if r["setting"] != "server"]
+        for level in dict.fromkeys(r["level"] for r in private):
+            for eps in sorted({r["epsilon"] for r in private if r["level"] == level}):
+                cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
                 med = {s: statistics.median(r["cost_ratio"] for r in cell if r["setting"] == s)
                        for s in ("auto", "guess")}
                 autos = [r for r in cell if r["setting"] == "auto"]
