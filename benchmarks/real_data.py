@@ -3,6 +3,8 @@
     python benchmarks/real_data.py                       # every set, both levels, 5 seeds
     python benchmarks/real_data.py --datasets digits --seeds 2 --epsilons 1
     python benchmarks/real_data.py --workers 2           # two processes
+    python benchmarks/real_data.py --levels client --settings auto --merge
+        # re-measure only those rows; the other rows of docs/results/real_data.csv stay
 
 For each real data set (``dataset=<name>``; its config sets k, the server data and the
 declared largest client size ``privacy.max-points-per-client``), each level and
@@ -175,16 +177,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--name", default="real_data")
+    parser.add_argument("--settings", default="auto,guess,server",
+                        help="comma-separated subset of auto, guess, server")
+    parser.add_argument("--merge", action="store_true",
+                        help="replace only the measured (data set, level, setting) rows of "
+                        "docs/results/<name>.csv and keep the others")
     parser.add_argument("--from-csv", action="store_true",
                         help="only redraw the table and plot from docs/results/<name>.csv")
     args = parser.parse_args()
     if args.from_csv:
-        with (OUT / f"{args.name}.csv").open() as f:
-            rows = [{**r, "epsilon": float(r["epsilon"]), "cost_ratio": float(r["cost_ratio"]),
-                     "tuning_s": float(r["tuning_s"]), "run_s": float(r["run_s"])}
-                    for r in csv.DictReader(f)]
-        report(rows, args)
+        report(read_rows(OUT / f"{args.name}.csv"), args)
         return
+    settings = args.settings.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         jobs = []
         for dataset in args.datasets.split(","):
@@ -193,10 +197,11 @@ def main() -> None:
                             else EPSILONS[level])
                 for eps in epsilons:
                     for setting in ("auto", "guess"):
-                        for seed in range(args.seeds):
+                        for seed in range(args.seeds if setting in settings else 0):
                             jobs.append((dataset, level, eps, setting, seed,
                                          f"{tmp}/{len(jobs)}"))
-            for seed in range(args.seeds):  # no private round: one run serves every cell
+            for seed in range(args.seeds if "server" in settings else 0):
+                # no private round: one run serves every cell
                 jobs.append((dataset, "datapoint", 1.0, "server", seed, f"{tmp}/{len(jobs)}"))
         rows = []
         start = time.perf_counter()
@@ -207,8 +212,21 @@ def main() -> None:
                       + " ".join(f"{k}={row[k]}" for k in ("dataset", "level", "epsilon",
                                                            "setting", "seed", "cost_ratio",
                                                            "chosen_algorithm")), flush=True)
+    if args.merge:
+        measured = {(r["dataset"], r["level"], r["setting"]) for r in rows}
+        kept = [r for r in read_rows(OUT / f"{args.name}.csv")
+                if (r["dataset"], r["level"], r["setting"]) not in measured]
+        rows = kept + rows
     write_csv(OUT / f"{args.name}.csv", rows)
     report(rows, args)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a written ``<name>.csv``, numbers as numbers."""
+    with path.open() as f:
+        return [{**r, "epsilon": float(r["epsilon"]), "seed": int(r["seed"]),
+                 "cost_ratio": float(r["cost_ratio"]), "tuning_s": float(r["tuning_s"]),
+                 "run_s": float(r["run_s"])} for r in csv.DictReader(f)]
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> None:

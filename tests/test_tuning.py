@@ -11,7 +11,10 @@ from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.tuning.resolve import FINAL_WINS, resolve_auto
+from fedkmeans.tuning.resolve import (
+    CLIP_QUANTILES, FINAL_WINS, balanced_sums_ratio, client_bound_quantiles, resolve_auto,
+)
+from fedkmeans.tuning.simulation import simulated_federation
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
@@ -83,6 +86,36 @@ def _npz(path, seed, server_x):
     x = rng.normal(size=(400, 6)) + np.repeat(rng.normal(scale=4, size=(4, 6)), 100, axis=0)
     save_npz(path, x=x, client=np.arange(400) % 20, server_x=server_x)
     return str(path)
+
+
+# -- client-level bounds ----------------------------------------------------------------
+def test_balanced_sums_ratio_by_hand():
+    # four unit points, each its own cluster: a one-point client has ||S|| / n = 1 exactly
+    corners = np.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0, 1.0]])
+    assert balanced_sums_ratio(corners, corners, 1, np.random.default_rng(0)) == 1.0
+    # a large balanced client has n / 4 points in each: ||S|| / n -> sqrt(4 (1/4)^2) = 1/2
+    ratio = balanced_sums_ratio(corners, corners, 40_000, np.random.default_rng(0), draws=5)
+    assert abs(ratio - 0.5) < 0.005
+    # one cluster: ||S|| / n is the norm of the point, whatever n
+    point = np.array([[3.0, 4.0]])
+    assert balanced_sums_ratio(point, point, 7, np.random.default_rng(0)) == pytest.approx(5.0)
+
+
+def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
+    rng = np.random.default_rng(3)
+    server_x = np.concatenate([rng.normal(loc=c, scale=0.3, size=(30, 5)) for c in (-2, 0, 2)])
+    federation = simulated_federation(server_x, 200, 40, 3, np.random.default_rng(1))
+    table = client_bound_quantiles(federation, server_x, 3, 40, np.random.default_rng(2))
+    sizes = [x.shape[0] for x in federation.points.values()]
+    ratios = {q: table[q]["clip_sums"] / table[q]["clip_counts"] for q in CLIP_QUANTILES}
+    assert len({round(r, 12) for r in ratios.values()}) == 1  # one ratio for every quantile
+    for q in CLIP_QUANTILES:
+        assert table[q]["clip_counts"] == table[q]["clip_histogram"] == np.quantile(sizes, q)
+    # balanced 40-point clients over three clusters at mu = -2, 0, 2 (x 1 in 5-d),
+    # n_r ~ Binomial(40, 1/3): E||S||^2 = 2 (40 (2/9) + 40^2 / 9) 20 + 40 (5 * 0.09),
+    # so ||S|| / n ~ sqrt(7485 / 1600) = 2.163 (a skewed client: up to ||mu|| = 4.47)
+    ratio = next(iter(ratios.values()))
+    assert ratio == pytest.approx(2.163, abs=0.08)
 
 
 def test_the_choice_reads_no_client_data(small_config, monkeypatch):
