@@ -10,9 +10,11 @@ What ``auto`` means per setting
     ``data-radius``: the largest norm in Q (a point outside it is clipped onto it).
 
     Client-level bounds (``clip-*``): a quantile (one of :data:`CLIP_QUANTILES`, chosen
-    by the simulation) of the statistics of the simulated clients
-    (:func:`client_bound_quantiles`); without a simulation (data-point level, where
-    they are not used) the statistic of a client of ``n_max`` typical server points.
+    by the simulation) of the simulated clients' ``||X^T X||_F`` and sizes, and for the
+    sums the count bound times the balanced ratio ``||S||_F / n`` of ``n_max``-point
+    clients drawn i.i.d. from Q (:func:`client_bound_quantiles`); without a simulation
+    (data-point level, where they are not used) the statistic of a client of ``n_max``
+    typical server points.
 
     ``split``: at data-point level one of :data:`SPLITS`, chosen by the simulation; at
     client level the paper's client-level split (on the paper's mixture the simulation
