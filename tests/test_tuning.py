@@ -12,7 +12,11 @@ from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.tuning.resolve import (
-    CLIP_QUANTILES, FINAL_WINS, balanced_sums_ratio, client_bound_quantiles, resolve_auto,
+    CLIP_QUANTILES,
+    FINAL_WINS,
+    balanced_sums_ratio,
+    client_bound_quantiles,
+    resolve_auto,
 )
 from fedkmeans.tuning.simulation import simulated_federation
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
