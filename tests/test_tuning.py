@@ -5,7 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from fedkmeans.clustering import server_estimate, supported_eigenvectors, top_eigenvectors
+from fedkmeans.clustering import (
+    kmeans,
+    server_estimate,
+    supported_eigenvectors,
+    top_eigenvectors,
+)
 from fedkmeans.config import AUTO, ConfigError, parse_config
 from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
@@ -109,17 +114,17 @@ def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
     rng = np.random.default_rng(3)
     server_x = np.concatenate([rng.normal(loc=c, scale=0.3, size=(30, 5)) for c in (-2, 0, 2)])
     federation = simulated_federation(server_x, 200, 40, 3, np.random.default_rng(1))
-    table = client_bound_quantiles(federation, server_x, 3, 40, np.random.default_rng(2))
-    sizes = [x.shape[0] for x in federation.points.values()]
-    ratios = {q: table[q]["clip_sums"] / table[q]["clip_counts"] for q in CLIP_QUANTILES}
-    assert len({round(r, 12) for r in ratios.values()}) == 1  # one ratio for every quantile
-    for q in CLIP_QUANTILES:
-        assert table[q]["clip_counts"] == table[q]["clip_histogram"] == np.quantile(sizes, q)
     # balanced 40-point clients over three clusters at mu = -2, 0, 2 (x 1 in 5-d),
     # n_r ~ Binomial(40, 1/3): E||S||^2 = 2 (40 (2/9) + 40^2 / 9) 20 + 40 (5 * 0.09),
     # so ||S|| / n ~ sqrt(7485 / 1600) = 2.163 (a skewed client: up to ||mu|| = 4.47)
-    ratio = next(iter(ratios.values()))
+    ratio = balanced_sums_ratio(server_x, kmeans(server_x, 3, seed=0), 40,
+                                np.random.default_rng(2))
     assert ratio == pytest.approx(2.163, abs=0.08)
+    table = client_bound_quantiles(federation, ratio)
+    sizes = [x.shape[0] for x in federation.points.values()]
+    for q in CLIP_QUANTILES:  # one ratio for every quantile
+        assert table[q]["clip_counts"] == table[q]["clip_histogram"] == np.quantile(sizes, q)
+        assert table[q]["clip_sums"] == ratio * table[q]["clip_counts"]
 
 
 def test_the_choice_reads_no_client_data(small_config, monkeypatch):

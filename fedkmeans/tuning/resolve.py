@@ -48,7 +48,7 @@ import numpy as np
 
 from fedkmeans.artefacts import json_number
 from fedkmeans.clustering import kmeans
-from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.clustering.client_stats import cluster_sums_counts
 from fedkmeans.config import AUTO, CLIENT_KEYS, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
@@ -58,8 +58,7 @@ from fedkmeans.tuning.simulation import federation_rng, simulate_cost, simulated
 
 __all__ = [
     "CLIP_QUANTILES", "SPLITS", "STEPS", "balanced_sums_ratio", "client_bound_quantiles",
-    "client_settings",
-    "resolve_auto",
+    "client_settings", "resolve_auto",
 ]
 
 #: Candidate budget splits (FedDP-Init steps 1, 2, 3 sums, 3 counts): the paper's
@@ -195,10 +194,9 @@ def resolve_auto(
 
     best, best_cost = base, math.inf
     if auto_clips and privacy.level == "client":
-        table = client_bound_quantiles(federation(0), clipped, k, n_max,
-                                       generator(config.seed, "tuning", "balanced"))
-
-        ratio = table[1.0]["clip_sums"] / table[1.0]["clip_counts"]
+        ratio = balanced_sums_ratio(clipped, kmeans(clipped, min(k, clipped.shape[0]), seed=0),
+                                    n_max, generator(config.seed, "tuning", "balanced"))
+        table = client_bound_quantiles(federation(0), ratio)
 
         def with_bounds(q: float):
             bounds = {name: table[q][name] for name in auto_clips}
@@ -214,7 +212,7 @@ def resolve_auto(
         if "clip_sums" in auto_clips:
             record["why"]["clip_sums"] = (
                 f"the count bound times {ratio:.4g}, the median ||sums||_F / size of "
-                f"clients of {n_max} points drawn i.i.d. from the simulated population "
+                f"clients of {n_max} points drawn i.i.d. from the server's data "
                 "(the least concentrated sums a large client has)")
     if config.privacy.split == AUTO and config.algorithm == "feddp-kmeans":
         if privacy.level == "datapoint":
@@ -253,10 +251,7 @@ def resolve_auto(
     return _finish(best, record)
 
 
-def client_bound_quantiles(
-    federation, server_x: np.ndarray, k: int, max_points_per_client: int,
-    rng: np.random.Generator,
-) -> dict[float, dict[str, float]]:
+def client_bound_quantiles(federation, sums_ratio: float) -> dict[float, dict[str, float]]:
     """Client-level bounds at each of :data:`CLIP_QUANTILES` of the simulated clients.
 
     Step 1's bound is the quantile of the simulated clients' ``||X^T X||_F``; the
@@ -277,14 +272,9 @@ def client_bound_quantiles(
     Parameters
     ----------
     federation : SimulatedFederation
-    server_x : ndarray of shape (m, d)
-        The server's data Q, clipped to the data radius.
-    k : int
-        Clusters (of Q, by k-means with 10 restarts) the balanced sums are taken over.
-    max_points_per_client : int
-        Declared largest client size n_max.
-    rng : numpy.random.Generator
-        Public randomness (the balanced clients' draws).
+    sums_ratio : float
+        The sums' bound over the counts' (:func:`balanced_sums_ratio` of Q's clients of
+        ``n_max`` points, sums per cluster of k-means on Q with 10 restarts).
 
     Returns
     -------
@@ -293,13 +283,11 @@ def client_bound_quantiles(
     """
     covariances = [float(np.linalg.norm(x.T @ x)) for x in federation.points.values()]
     sizes = [float(x.shape[0]) for x in federation.points.values()]
-    ratio = balanced_sums_ratio(server_x, kmeans(server_x, min(k, server_x.shape[0]), seed=0),
-                                max_points_per_client, rng)
     table = {}
     for q in CLIP_QUANTILES:
         size = float(np.quantile(sizes, q))
         table[q] = {"clip_covariance": float(np.quantile(covariances, q)),
-                    "clip_histogram": size, "clip_counts": size, "clip_sums": ratio * size}
+                    "clip_histogram": size, "clip_counts": size, "clip_sums": sums_ratio * size}
     return table
 
 
@@ -309,14 +297,16 @@ def balanced_sums_ratio(
 ) -> float:
     """Median ``||S||_F / n`` of clients of ``size`` points drawn i.i.d. from a population.
 
-    ``S`` (k, d) holds a client's per-cluster sums for ``centers``. A client whose
+    ``S`` (k, d) holds a client's per-cluster sums for ``centers``, as the client
+    computes them in step 3 and Lloyds (:func:`~fedkmeans.clustering.client_stats.
+    cluster_sums_counts`). A client whose
     points are an i.i.d. sample of the population spreads them over the clusters in
     the population's proportions: the least concentrated sums of a large client.
 
     Parameters
     ----------
     population : ndarray of shape (n, d)
-        Public points (the simulated clients' pooled points).
+        Public points (the server's data Q, clipped to the data radius).
     centers : ndarray of shape (k, d)
     size : int
         Points per drawn client (the declared largest client size).
@@ -330,10 +320,8 @@ def balanced_sums_ratio(
     """
     ratios = []
     for _ in range(draws):
-        x = population[rng.integers(population.shape[0], size=size)]
-        nearest = squared_distances(x, centers).argmin(axis=1)
-        sums = np.zeros_like(centers)
-        np.add.at(sums, nearest, x)
+        sums, _ = cluster_sums_counts(population[rng.integers(population.shape[0], size=size)],
+                                      centers)
         ratios.append(float(np.linalg.norm(sums)) / size)
     return float(np.median(ratios))
 
