@@ -21,6 +21,7 @@ from fedkmeans.tuning.resolve import (
     FINAL_WINS,
     balanced_sums_ratio,
     client_bound_quantiles,
+    lowest_cost,
     resolve_auto,
 )
 from fedkmeans.tuning.simulation import simulated_federation
@@ -125,6 +126,39 @@ def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
     for q in CLIP_QUANTILES:  # one ratio for every quantile
         assert table[q]["clip_counts"] == table[q]["clip_histogram"] == np.quantile(sizes, q)
         assert table[q]["clip_sums"] == ratio * table[q]["clip_counts"]
+
+
+def test_the_line_search_stops_at_the_first_candidate_that_does_not_improve():
+    simulated = {0: 22.2, 1: 22.5, 2: 22.7, 3: 20.4}  # T = 3 lower only by chance
+    tried = []
+
+    def cost(t):
+        tried.append(t)
+        return simulated[t]
+
+    assert lowest_cost([0, 1, 2, 3], cost, line_search=True) == {0: 22.2, 1: 22.5}
+    assert tried == [0, 1]  # T = 2 and 3 were never simulated
+    full = lowest_cost([0, 1, 2, 3], simulated.get)
+    assert min(full, key=full.get) == 3
+    # while the cost keeps falling the search goes on: quantiles 0.5, 0.75, 1.0
+    falling = {0.5: 30.0, 0.75: 25.0, 1.0: 26.0}
+    assert lowest_cost(list(CLIP_QUANTILES), falling.get, line_search=True) == falling
+    # ties stop it too: no move without a lower cost
+    assert lowest_cost([0, 1, 2], {0: 1.0, 1: 1.0, 2: 0.5}.get, line_search=True) == {
+        0: 1.0, 1: 1.0}
+
+
+def test_the_record_says_which_candidates_the_line_search_skipped(small_config):
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
+    _, record = resolve_auto(config, np.random.default_rng(0).normal(size=(50, 8)), 12)
+    tried = {(c["stage"], c[c["stage"]]) for c in record["candidates"] if c["stage"] in c}
+    notes = [c for c in record["candidates"] if "not_simulated" in c]
+    assert notes  # this federation: quantile 0.75 does not beat 0.5, so 1.0 is skipped
+    for note in notes:
+        stage = note["stage"]
+        values = CLIP_QUANTILES if stage == "clip_quantile" else (0, 1, 2, 3)
+        assert sorted(note["not_simulated"] + [v for s, v in tried if s == stage]) == sorted(
+            values)
 
 
 def test_the_choice_reads_no_client_data(small_config, monkeypatch):
