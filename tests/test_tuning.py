@@ -21,10 +21,10 @@ from fedkmeans.tuning.resolve import (
     FINAL_WINS,
     balanced_sums_ratio,
     client_bound_quantiles,
-    lowest_cost,
+    paired_search,
     resolve_auto,
 )
-from fedkmeans.tuning.simulation import simulated_federation
+from fedkmeans.tuning.simulation import server_clusters, simulated_federation
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
@@ -114,7 +114,8 @@ def test_balanced_sums_ratio_by_hand():
 def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
     rng = np.random.default_rng(3)
     server_x = np.concatenate([rng.normal(loc=c, scale=0.3, size=(30, 5)) for c in (-2, 0, 2)])
-    federation = simulated_federation(server_x, 200, 40, 3, np.random.default_rng(1))
+    federation = simulated_federation(server_x, server_clusters(server_x, 3, seed=0), 200, 40,
+                                      np.random.default_rng(1))
     # balanced 40-point clients over three clusters at mu = -2, 0, 2 (x 1 in 5-d),
     # n_r ~ Binomial(40, 1/3): E||S||^2 = 2 (40 (2/9) + 40^2 / 9) 20 + 40 (5 * 0.09),
     # so ||S|| / n ~ sqrt(7485 / 1600) = 2.163 (a skewed client: up to ||mu|| = 4.47)
@@ -128,32 +129,35 @@ def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
         assert table[q]["clip_sums"] == ratio * table[q]["clip_counts"]
 
 
-def test_the_line_search_stops_at_the_first_candidate_that_does_not_improve():
-    simulated = {0: 22.2, 1: 22.5, 2: 22.7, 3: 20.4}  # T = 3 lower only by chance
+def test_a_candidate_replaces_the_default_only_if_cheaper_in_every_paired_run():
+    # T = 1 lower on the mean (22.35 < 22.4) but not in both runs: T = 0 stays
+    simulated = {0: [22.0, 22.8], 1: [22.5, 22.2], 2: [21.0, 21.0], 3: [20.0, 20.0]}
     tried = []
 
-    def cost(t):
+    def costs(t):
         tried.append(t)
         return simulated[t]
 
-    assert lowest_cost([0, 1, 2, 3], cost, line_search=True) == {0: 22.2, 1: 22.5}
-    assert tried == [0, 1]  # T = 2 and 3 were never simulated
-    full = lowest_cost([0, 1, 2, 3], simulated.get)
-    assert min(full, key=full.get) == 3
-    # while the cost keeps falling the search goes on: quantiles 0.5, 0.75, 1.0
-    falling = {0.5: 30.0, 0.75: 25.0, 1.0: 26.0}
-    assert lowest_cost(list(CLIP_QUANTILES), falling.get, line_search=True) == falling
-    # ties stop it too: no move without a lower cost
-    assert lowest_cost([0, 1, 2], {0: 1.0, 1: 1.0, 2: 0.5}.get, line_search=True) == {
-        0: 1.0, 1: 1.0}
+    chosen, seen = paired_search([0, 1, 2, 3], costs, line_search=True)
+    assert chosen == 0 and tried == [0, 1] and list(seen) == [0, 1]  # 2, 3 never simulated
+    # without the line search every candidate is compared with the incumbent
+    chosen, seen = paired_search([0, 1, 2, 3], simulated.get)
+    assert chosen == 3 and list(seen) == [0, 1, 2, 3]
+    # a run of dominating candidates: quantiles 0.5 -> 0.75, then 1.0 is not lower in both
+    quantiles = {0.5: [30.0, 31.0], 0.75: [25.0, 26.0], 1.0: [24.0, 26.5]}
+    assert paired_search(list(CLIP_QUANTILES), quantiles.get, line_search=True) == (
+        0.75, quantiles)
+    # ties keep the incumbent
+    assert paired_search([0, 1], {0: [1.0, 1.0], 1: [1.0, 0.5]}.get)[0] == 0
 
 
 def test_the_record_says_which_candidates_the_line_search_skipped(small_config):
     config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
     _, record = resolve_auto(config, np.random.default_rng(0).normal(size=(50, 8)), 12)
-    tried = {(c["stage"], c[c["stage"]]) for c in record["candidates"] if c["stage"] in c}
+    tried = {(c["stage"], c[c["stage"]]) for c in record["candidates"]
+             if c["stage"] in ("clip_quantile", "lloyds_steps") and c["stage"] in c}
     notes = [c for c in record["candidates"] if "not_simulated" in c]
-    assert notes  # this federation: quantile 0.75 does not beat 0.5, so 1.0 is skipped
+    assert notes  # this federation: a line search stops before its last candidate
     for note in notes:
         stage = note["stage"]
         values = CLIP_QUANTILES if stage == "clip_quantile" else (0, 1, 2, 3)
