@@ -17,6 +17,7 @@ from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.tuning.resolve import (
+    CLIENT_SPLITS,
     CLIP_QUANTILES,
     FINAL_WINS,
     balanced_sums_ratio,
@@ -163,6 +164,12 @@ def test_the_record_says_which_candidates_the_line_search_skipped(small_config):
         values = CLIP_QUANTILES if stage == "clip_quantile" else (0, 1, 2, 3)
         assert sorted(note["not_simulated"] + [v for s, v in tried if s == stage]) == sorted(
             values)
+    # client level: half of the init budget on step 1 first, the paper's client split next
+    splits = [c["split"] for c in record["candidates"] if c["stage"] == "split"]
+    assert splits == [list(s) for s in CLIENT_SPLITS] and CLIENT_SPLITS[0][0] == 0.5
+    chosen = record["chosen"]["split"]
+    assert record["why"]["split"].startswith(
+        "the default split" if chosen == list(CLIENT_SPLITS[0]) else "split ")
 
 
 def test_the_choice_reads_no_client_data(small_config, monkeypatch):
