@@ -25,7 +25,11 @@ from fedkmeans.tuning.resolve import (
     paired_search,
     resolve_auto,
 )
-from fedkmeans.tuning.simulation import server_clusters, simulated_federation
+from fedkmeans.tuning.simulation import (
+    server_clusters,
+    simulated_federation,
+    subspace_coordinates,
+)
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
@@ -115,8 +119,8 @@ def test_balanced_sums_ratio_by_hand():
 def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
     rng = np.random.default_rng(3)
     server_x = np.concatenate([rng.normal(loc=c, scale=0.3, size=(30, 5)) for c in (-2, 0, 2)])
-    federation = simulated_federation(server_x, server_clusters(server_x, 3, seed=0), 200, 40,
-                                      np.random.default_rng(1))
+    labels = server_clusters(subspace_coordinates(server_x, 3), 3, seed=0)
+    federation = simulated_federation(server_x, labels, 200, 40, np.random.default_rng(1))
     # balanced 40-point clients over three clusters at mu = -2, 0, 2 (x 1 in 5-d),
     # n_r ~ Binomial(40, 1/3): E||S||^2 = 2 (40 (2/9) + 40^2 / 9) 20 + 40 (5 * 0.09),
     # so ||S|| / n ~ sqrt(7485 / 1600) = 2.163 (a skewed client: up to ||mu|| = 4.47)

@@ -77,6 +77,7 @@ from fedkmeans.tuning.simulation import (
     server_clusters,
     simulate_cost,
     simulated_federation,
+    subspace_coordinates,
 )
 
 __all__ = [
@@ -197,6 +198,7 @@ def _resolve_auto(
     if not simulate:
         return _finish(base, record)
     k = config.largest_k[1]
+    coords = subspace_coordinates(clipped, k)  # every clustering of Q works in it
     federations: dict[int, object] = {}
 
     def federation(rep: int):
@@ -204,7 +206,7 @@ def _resolve_auto(
             # each federation its own clustering of Q (one k-means++ start): see
             # fedkmeans.tuning.simulation, "Clusters"
             rng = federation_rng(config, rep)
-            labels = server_clusters(clipped, k, seed=int(rng.integers(2**31)), n_init=1)
+            labels = server_clusters(coords, k, seed=int(rng.integers(2**31)), n_init=1)
             federations[rep] = simulated_federation(clipped, labels, num_clients, n_max, rng)
         return federations[rep]
 
@@ -242,7 +244,7 @@ def _resolve_auto(
 
     best = base
     if auto_clips and privacy.level == "client":
-        labels = server_clusters(clipped, k, seed=integer_seed(config.seed, "tuning", "clusters"))
+        labels = server_clusters(coords, k, seed=integer_seed(config.seed, "tuning", "clusters"))
         ratio = balanced_sums_ratio(clipped, cluster_means(clipped, labels), n_max,
                                     generator(config.seed, "tuning", "balanced"))
         table = client_bound_quantiles(federation(0), ratio)

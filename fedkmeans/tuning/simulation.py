@@ -21,17 +21,17 @@ optimal when it was 1.18 x). Each client draws from the clusters with its own
 Dirichlet(1/2) mixture weights, so the population weights the clusters differently
 from the server.
 
-Clusters: k-means of Q in Q's own top-k eigenvector subspace, one k-means++ start per
-simulated federation. In the subspace because in high dimension raw distances hide the
-clusters (the paper mixture, d = 100: k-means on Q itself put 140-290 of its 300 points
-into one cluster beside singletons of the uniform points, so the population blended
-components and the simulation could not see that the client-level split with more on
-step 1 avoids a merge at epsilon = 3). One start per federation, not the best of 10
-shared by all: the population is then not always the server's own k-means model,
-which flatters the server-only answer (nycflights, client level, epsilon = 1: with one
-shared 10-start clustering the guard chose the server alone in 5 of 5 seeds, at 1.0412
-x optimal; with one start per federation the protocol ran in 4 of 5 seeds in each of
-two runs, and in 19 of 30 on seeds 5-34, median 1.0329 against the server's 1.0402;
+Clusters: k-means of Q in Q's own top-k eigenvector subspace (projected once), one
+k-means++ start per simulated federation. In the subspace because in high dimension raw
+distances hide the clusters (the paper mixture, d = 100: k-means on Q itself put 140-290
+of its 300 points into one cluster beside singletons of the uniform points, so the
+population blended components and the simulation could not see that the client-level
+split with more on step 1 avoids a merge at epsilon = 3). One start per federation, not
+the best of 10 shared by all: the population is then not always the server's own k-means
+model, which flatters the server-only answer (nycflights, client level, epsilon = 1:
+with one shared 10-start clustering the guard chose the server alone in 5 of 5 seeds, at
+1.0412 x optimal; with one start per federation the protocol ran in 4 of 5 seeds in each
+of two runs, and in 19 of 30 on seeds 5-34, median 1.0329 against the server's 1.0402;
 nycflights was held out until this comparison).
 
 A federation larger than ``max_points`` is simulated with a fraction ``s`` of the
@@ -64,7 +64,7 @@ from fedkmeans.strategies.replies import Replies
 
 __all__ = [
     "SimulatedFederation", "SimulatedPool", "cluster_means", "server_clusters", "simulate_cost",
-    "simulated_federation",
+    "simulated_federation", "subspace_coordinates",
 ]
 
 #: Dirichlet concentration of each simulated client's weights over the server's clusters.
@@ -99,22 +99,29 @@ class SimulatedFederation:
         return np.concatenate(list(self.points.values()))
 
 
-def server_clusters(
-    server_x: np.ndarray, k: int, seed: int, n_init: int = 10
-) -> np.ndarray:
-    """Clusters of the server's data, found in its own top-k eigenvector subspace.
+def subspace_coordinates(server_x: np.ndarray, k: int) -> np.ndarray:
+    """Q in its own top-k eigenvector subspace: ``Q V^T``, shape (m, min(k, m)).
 
-    k-means (``n_init`` k-means++ starts) on ``Q V^T``, V the top-k eigenvectors of
-    ``Q^T Q`` (the projection FedDP-Init's step 1 makes of the clients' data); the whole
-    space when ``k >= d``. In high dimension the raw distances hide the clusters: on the paper's
-    mixture (d = 100, variance 0.5) two points of one component are ~10.0 apart and of
-    two components ~10.8, so k-means on Q itself put 140-290 of its 300 points into one
-    cluster; in the 10-dimensional subspace the components are ~4 apart with a
-    within-component radius of ~2.2.
+    V holds the top-k eigenvectors of ``Q^T Q`` (the projection FedDP-Init's step 1
+    makes of the clients' data); Q itself when ``k >= d``. In high dimension the raw
+    distances hide the clusters: on the paper's mixture (d = 100, variance 0.5) two
+    points of one component are ~10.0 apart and of two components ~10.8, so k-means on
+    Q itself put 140-290 of its 300 points into one cluster; in the 10-dimensional
+    subspace the components are ~4 apart with a within-component radius of ~2.2.
+    """
+    k = min(k, server_x.shape[0])
+    if k >= server_x.shape[1]:
+        return server_x
+    return server_x @ top_eigenvectors(server_x.T @ server_x, k).T
+
+
+def server_clusters(coords: np.ndarray, k: int, seed: int, n_init: int = 10) -> np.ndarray:
+    """Clusters of the server's data: k-means with ``n_init`` k-means++ starts.
 
     Parameters
     ----------
-    server_x : ndarray of shape (m, d)
+    coords : ndarray of shape (m, r)
+        The server's data in its subspace (:func:`subspace_coordinates`).
     k : int
     seed : int
     n_init : int, default 10
@@ -124,11 +131,7 @@ def server_clusters(
     ndarray of shape (m,)
         Cluster label of each row, in ``0..min(k, m) - 1``.
     """
-    k = min(k, server_x.shape[0])
-    coords = server_x
-    if k < server_x.shape[1]:
-        coords = server_x @ top_eigenvectors(server_x.T @ server_x, k).T
-    centers = kmeans(coords, k, seed=seed, n_init=n_init)
+    centers = kmeans(coords, min(k, coords.shape[0]), seed=seed, n_init=n_init)
     return squared_distances(coords, centers).argmin(axis=1)
 
 
