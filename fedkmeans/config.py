@@ -35,11 +35,13 @@ from fedkmeans.schema import ConfigError
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
 AUTO_KEYS = (
     "data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
-    "split", "lloyds_steps", "min_server_weight", "min_cluster_count",
+    "split", "lloyds_steps", "min_server_weight", "min_cluster_count", "check_share",
+    "check_clip",
 )
 #: The settings nodes clip with: when ``auto``, the server resolves them and sends the
 #: values with every request.
-CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
+CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
+               "check_clip")
 #: Their flat keys (as requests carry them) -> attribute names.
 CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
 @dataclass(frozen=True)
@@ -145,6 +147,16 @@ class PrivacyConfig:
     min_cluster_count : float
         A cluster whose noisy count is below this keeps its fallback center (the
         server's estimate in step 3, the previous center in Lloyds).
+    check_share : float
+        FedDP-KMeans only: budget weight, on the scale of ``split``, of the final
+        private check (:mod:`fedkmeans.stages.check`): the clients' clipped cost
+        difference between the protocol's centers and k-means on the server's data
+        alone, released with Gaussian noise; the run answers with the cheaper. 0 = no
+        check; ``auto``: :mod:`fedkmeans.tuning` turns it on when the public
+        simulation cannot tell the two apart.
+    check_clip : float
+        The check's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
+        mean squared distance of the server's points to the server-only centers B.
 
     Every setting named in :data:`AUTO_KEYS` may be ``"auto"``: the data radius, the
     client-level bounds, the split and T are then chosen by :mod:`fedkmeans.tuning`
@@ -189,6 +201,8 @@ class PrivacyConfig:
     clip_counts: float = 50.0
     min_server_weight: float | str = AUTO
     min_cluster_count: float | str = AUTO
+    check_share: float | str = 0.0
+    check_clip: float | str = AUTO
     aggregation: str = "central"
     reproducible_noise: bool = False
     public_num_clients: int = 0
@@ -200,8 +214,12 @@ class PrivacyConfig:
 
     @property
     def auto_keys(self) -> tuple[str, ...]:
-        """Attributes set to ``auto`` (names as in :data:`AUTO_KEYS`)."""
-        return tuple(name for name in AUTO_KEYS if getattr(self, name) == AUTO)
+        """Attributes set to ``auto`` (names as in :data:`AUTO_KEYS`).
+
+        ``check_clip`` only when the check can run (``check_share`` not 0).
+        """
+        return tuple(name for name in AUTO_KEYS if getattr(self, name) == AUTO
+                     and not (name == "check_clip" and self.check_share == 0))
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,16 @@ RULES: tuple[Rule, ...] = (
             lambda c: c.privacy.min_server_weight),
     require("privacy.min-cluster-count", auto_or(Constraint(lambda v: v > 0, "a float > 0")),
             lambda c: c.privacy.min_cluster_count),
+    require("privacy.check-share", auto_or(Constraint(
+        lambda v: 0 <= v < math.inf, "a finite float >= 0 (0 = no check)")),
+        lambda c: c.privacy.check_share),
+    require("privacy.check-share", Constraint(
+        lambda v: v == 0 or v == AUTO,
+        "0 or 'auto' (= 0) unless algorithm is 'feddp-kmeans' with a fixed k (the check "
+        "compares the protocol's k centers with k-means on the server's data alone)"),
+        lambda c: c.privacy.check_share,
+        when=lambda c: c.algorithm != "feddp-kmeans" or c.k_auto),
+    require("privacy.check-clip", _CLIP, lambda c: c.privacy.check_clip),
     require("privacy.public-num-clients", at_least(0, note=" (0 = the registered clients)"),
             lambda c: c.privacy.public_num_clients),
     require("privacy.aggregation", one_of(AGGREGATIONS), lambda c: c.privacy.aggregation),

@@ -224,6 +224,22 @@ class NodeData:
         counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
         return self._clip_jointly(sums, counts.astype(np.float64))
 
+    def cost_differences(
+        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The final check: each client's clipped cost difference of A and B, (m, 1).
+
+        :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
+        privacy.check-clip``, then at client level each client's value clipped to
+        ``tau * clip-counts`` (:mod:`fedkmeans.stages.check`).
+        """
+        from fedkmeans.stages.check import cost_differences
+
+        x, owner = self._pooled(clients)
+        tau = float(self.config.privacy.check_clip) if self.config.is_private else np.inf
+        rows = cost_differences(x, owner, len(clients), centers, alternative, tau)
+        return {"cost_difference": self._clip_rows("cost_difference", rows)}
+
     def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
         """Client level: scale each client's sums and counts by one factor.
 

@@ -39,7 +39,7 @@ from fedkmeans.strategies.pool import ClientPool
 # -- the toy stage: one statistic, one release, one server step ------------------------
 #: One point of norm <= Delta adds ||p||^2 <= Delta^2 to its client's energy (l1 = l2).
 ENERGY = Statistic(
-    "energy", "l1_nonnegative", per_point=lambda radius: (radius**2, radius**2),
+    "energy", "l1_nonnegative", per_point=lambda privacy: (privacy.data_radius**2,) * 2,
     client_bound=lambda privacy: privacy.clip_sums, shape=lambda k, d, m: (1,),
 )
 

@@ -34,7 +34,7 @@ from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
     "data-radius", "clip-covariance", "clip-histogram", "clip-sums", "clip-counts", "split",
-    "lloyds-steps", "min-server-weight", "min-cluster-count")}
+    "lloyds-steps", "min-server-weight", "min-cluster-count", "check-share", "check-clip")}
 
 
 # -- thresholds, hand-computed ----------------------------------------------------------

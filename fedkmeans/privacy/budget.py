@@ -99,7 +99,7 @@ _CLIP_LIPSCHITZ = {"l2": (1.0, 1.0), "l1_nonnegative": (2.0, math.sqrt(2.0))}
 def bound_of(
     privacy: PrivacyConfig,
     norm: str,
-    per_point: Callable[[float], tuple[float, float]],
+    per_point: Callable[[PrivacyConfig], tuple[float, float]],
     client_bound: Callable[[PrivacyConfig], float],
 ) -> StatisticBound:
     """Clip bounds and sensitivities of one statistic (derivations: module docstring).
@@ -110,12 +110,13 @@ def bound_of(
     norm : {"l2", "l1_nonnegative"}
         Norm of the statistic's clip.
     per_point : callable
-        ``per_point(Delta) -> (l1, l2)``: how far one point moves one client's value.
+        ``per_point(privacy) -> (l1, l2)``: how far one point moves one client's value
+        (points of norm at most Delta = ``privacy.data_radius``).
     client_bound : callable
         ``client_bound(privacy) -> C``: the client-level bound.
     """
     if privacy.level == "datapoint":
-        l1, l2 = per_point(privacy.data_radius)
+        l1, l2 = per_point(privacy)
         lip1, lip2 = _CLIP_LIPSCHITZ[norm]
         per_client = l2 if norm == "l2" else l1
         return StatisticBound(

@@ -49,12 +49,12 @@ __all__ = ["COVARIANCE", "HISTOGRAM", "PROJECTED_CENTERS", "SERVER_WEIGHTS", "SU
            "initial_centers"]
 
 COVARIANCE = Statistic(
-    "covariance", "l2", per_point=lambda radius: (math.inf, radius**2),
+    "covariance", "l2", per_point=lambda privacy: (math.inf, privacy.data_radius**2),
     client_bound=lambda privacy: privacy.clip_covariance, shape=lambda k, d, m: (d, d),
     symmetric=True,
 )
 HISTOGRAM = Statistic(
-    "histogram", "l1_nonnegative", per_point=lambda radius: (1.0, 1.0),
+    "histogram", "l1_nonnegative", per_point=lambda privacy: (1.0, 1.0),
     client_bound=lambda privacy: privacy.clip_histogram, shape=lambda k, d, m: (m,),
 )
 

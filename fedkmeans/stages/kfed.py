@@ -19,7 +19,7 @@ from fedkmeans.stages.spec import Stage, Statistic, register
 __all__ = ["LOCAL_CENTERS", "cluster_local_centers"]
 
 LOCAL_CENTERS_STATISTIC = Statistic(
-    "centers", "l2", per_point=lambda radius: (math.inf, math.inf),
+    "centers", "l2", per_point=lambda privacy: (math.inf, math.inf),
     client_bound=lambda privacy: math.inf, shape=lambda k, d, m: (k, d),
 )
 

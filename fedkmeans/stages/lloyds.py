@@ -32,11 +32,11 @@ from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 __all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
 
 SUMS = Statistic(
-    "sums", "l2", per_point=lambda radius: (math.inf, radius),
+    "sums", "l2", per_point=lambda privacy: (math.inf, privacy.data_radius),
     client_bound=lambda privacy: privacy.clip_sums, shape=lambda k, d, m: (k, d),
 )
 COUNTS = Statistic(
-    "counts", "l1_nonnegative", per_point=lambda radius: (1.0, 1.0),
+    "counts", "l1_nonnegative", per_point=lambda privacy: (1.0, 1.0),
     client_bound=lambda privacy: privacy.clip_counts, shape=lambda k, d, m: (k,),
 )
 

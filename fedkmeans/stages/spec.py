@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fedkmeans.config import PrivacyConfig
+from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.budget import StatisticBound, bound_of
 from fedkmeans.privacy.calibration import PlannedRelease
 
 __all__ = [
-    "Protocol", "ReleaseRule", "Stage", "Statistic", "protocol", "register",
+    "Protocol", "ReleaseRule", "Stage", "Statistic", "check_runs", "protocol", "register",
     "register_protocol", "release_plan", "stage", "stage_of_round", "stages",
     "statistic_bounds", "subscribe",
 ]
@@ -42,8 +42,9 @@ class Statistic:
     norm : {"l2", "l1_nonnegative"}
         Norm of a client's clip (l2 = Frobenius for matrices).
     per_point : callable
-        ``per_point(Delta) -> (l1, l2)``: how far one data point moves one client's
-        statistic (before the server's clip), for points of norm at most Delta.
+        ``per_point(privacy) -> (l1, l2)``: how far one data point moves one client's
+        statistic (before the server's clip), for points of norm at most Delta
+        (``privacy.data_radius``).
     client_bound : callable
         ``client_bound(privacy) -> float``: the client-level clip bound C.
     shape : callable
@@ -56,7 +57,7 @@ class Statistic:
 
     name: str
     norm: str
-    per_point: Callable[[float], tuple[float, float]]
+    per_point: Callable[[PrivacyConfig], tuple[float, float]]
     client_bound: Callable[[PrivacyConfig], float]
     shape: Callable[[int, int, int], tuple[int, ...]]
     symmetric: bool = False
@@ -154,6 +155,8 @@ class Protocol:
         The initialisation's client rounds, in order (empty: server data only).
     lloyds : bool
         ``privacy.lloyds-steps`` FedDP-Lloyds rounds follow.
+    check : bool
+        The final private check may follow (:mod:`fedkmeans.stages.check`).
     private : bool
         Its releases are noisy (False: non-private baselines, no plan).
     """
@@ -162,13 +165,23 @@ class Protocol:
     init: tuple[Stage, ...] = ()
     lloyds: bool = True
     private: bool = True
+    check: bool = False
 
-    def rounds(self, lloyds_steps: int, *, full_rank: bool = False) -> list[tuple[Stage, str]]:
-        """``(stage, round name)`` of every client round, in order."""
+    def rounds(
+        self, lloyds_steps: int, *, full_rank: bool = False, check: bool = False
+    ) -> list[tuple[Stage, str]]:
+        """``(stage, round name)`` of every client round, in order.
+
+        ``check``: the run asks for the final check (:func:`~fedkmeans.stages.check.
+        check_runs`); it is a round only of a protocol that has one.
+        """
         out = [(s, s.group) for s in self.init if not (full_rank and s.skipped_when_full_rank)]
         if self.lloyds:
             step = stage("lloyds")
             out += [(step, f"{step.group}-{t}") for t in range(1, lloyds_steps + 1)]
+        if self.check and check:
+            final = stage("check")
+            out.append((final, final.group))
         return out
 
 
@@ -231,6 +244,16 @@ def protocol(algorithm: str) -> Protocol:
     return _REGISTRY.protocols[algorithm]
 
 
+def check_runs(privacy: PrivacyConfig) -> bool:
+    """Whether a run with ``privacy`` ends with the final check (private, share > 0).
+
+    The check is :mod:`fedkmeans.stages.check`; ``check-share = auto`` is resolved
+    before any plan is made (:mod:`fedkmeans.tuning.resolve`).
+    """
+    share = privacy.check_share
+    return privacy.is_private and share != AUTO and share > 0
+
+
 def statistic_bounds(privacy: PrivacyConfig) -> dict[str, StatisticBound]:
     """Clip bounds and sensitivities of every registered stage's statistics, by name."""
     out: dict[str, StatisticBound] = {}
@@ -258,6 +281,6 @@ def release_plan(
     chosen = protocol(algorithm)
     if not chosen.private:
         return []
-    return [release for step, group in chosen.rounds(privacy.lloyds_steps,
-                                                     full_rank=not subspace)
-            for release in step.plan(privacy, group)]
+    rounds = chosen.rounds(privacy.lloyds_steps, full_rank=not subspace,
+                           check=check_runs(privacy))
+    return [release for step, group in rounds for release in step.plan(privacy, group)]

@@ -26,7 +26,8 @@ from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.stages import statistic_bounds
+from fedkmeans.stages import check_runs, protocol, statistic_bounds
+from fedkmeans.stages.check import final_check
 from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool
@@ -71,6 +72,8 @@ class ServerContext:
     progress: bool = True
     #: The k chosen by the strategy with ``k = auto`` (:meth:`choose_k`), else None.
     chosen_k: int | None = None
+    #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
+    check: dict | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -316,7 +319,7 @@ class ServerContext:
 
 
 class Strategy(ABC):
-    """A federated k-means protocol: an initialisation, then T FedDP-Lloyds steps."""
+    """A federated k-means protocol: an initialisation, T FedDP-Lloyds steps, a check."""
 
     name: ClassVar[str]
 
@@ -325,8 +328,14 @@ class Strategy(ABC):
         """Return the initial centers, shape (k, d)."""
 
     def run(self, ctx: ServerContext) -> np.ndarray:
-        """Initialise, then refine with ``privacy.lloyds-steps`` FedDP-Lloyds steps."""
+        """Initialise, refine with ``privacy.lloyds-steps`` FedDP-Lloyds steps, check.
+
+        The final check (:mod:`fedkmeans.stages.check`) runs when the protocol has one
+        and ``privacy.check-share`` > 0 in a private run.
+        """
         centers = self.initial_centers(ctx)
         for step in range(1, ctx.config.privacy.lloyds_steps + 1):
             centers = lloyds_step(ctx, centers, step)
+        if protocol(self.name).check and check_runs(ctx.config.privacy):
+            centers = final_check(ctx, centers)
         return centers

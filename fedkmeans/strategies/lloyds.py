@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.clustering import kmeans, kmeans_plus_plus, sphere_packing_centers
+from fedkmeans.clustering import kmeans_plus_plus, sphere_packing_centers
+from fedkmeans.stages.check import server_only_centers
 from fedkmeans.strategies.base import ServerContext, Strategy
 
 
@@ -38,8 +39,8 @@ class ServerLloyds(Strategy):
     name = "server-lloyds"
 
     def initial_centers(self, ctx: ServerContext) -> np.ndarray:
-        """Best of 10 k-means runs on Q."""
-        return kmeans(ctx.server_x, ctx.k, seed=ctx.int_seed("init", "server-lloyds"))
+        """Best of 10 k-means runs on Q (also the final check's alternative)."""
+        return server_only_centers(ctx.server_x, ctx.k, ctx.int_seed("init", "server-lloyds"))
 
 
 class SpherePacking(Strategy):

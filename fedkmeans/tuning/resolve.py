@@ -32,6 +32,20 @@ What ``auto`` means per setting
     ``min-server-weight`` and ``min-cluster-count``: left ``auto``; the strategy sets
     them from each release's noise scale (:mod:`fedkmeans.tuning.thresholds`).
 
+    ``check-share`` (the final check): 0 unless the guard above is not clear-cut;
+    ``check-clip``: the mean squared distance of Q to the server-only centers.
+
+The final check (``check-share = auto``). The simulation resamples its clients from Q,
+so it cannot see how the real clients differ from Q, and on data it has not seen its
+verdict is a coin flip near the server's cost (nycflights, client level, epsilon = 1:
+the guard ran the protocol in 19 of 30 seeds, which then beat the server in 14 and
+lost in 5, once by 7.8 %). When the protocol won every paired simulation it runs
+alone; when it won at least :data:`CHECKED_WINS` but lost some, it runs and
+:data:`CHECK_FRACTION` of the budget goes to the private check of
+:mod:`fedkmeans.stages.check`, which returns the protocol's centers or the server-only
+answer, whichever the clients' clipped costs prefer; below that the server-only answer
+is given without a private round (:func:`guard_outcome`).
+
 The search is coordinate-wise to stay cheap: the client-level bound quantile first
 (default split, T = 0), then the split, then T, each candidate simulated on the same
 :data:`REPS` resampled federations with the same noise seeds; then the guard's
@@ -66,11 +80,12 @@ from threadpoolctl import threadpool_limits
 
 from fedkmeans.artefacts import json_number
 from fedkmeans.clustering.client_stats import cluster_sums_counts
-from fedkmeans.config import AUTO, CLIENT_KEYS, CLIENT_SETTINGS, ExperimentConfig
+from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.stages import release_plan
+from fedkmeans.stages.check import check_clip, server_only_centers
 from fedkmeans.tuning.simulation import (
     cluster_means,
     federation_rng,
@@ -82,7 +97,8 @@ from fedkmeans.tuning.simulation import (
 
 __all__ = [
     "CLIENT_SPLITS", "CLIP_QUANTILES", "SPLITS", "STEPS", "balanced_sums_ratio",
-    "client_bound_quantiles", "client_settings", "paired_search", "resolve_auto",
+    "client_bound_quantiles", "client_settings", "guard_outcome", "paired_search",
+    "resolve_auto",
 ]
 
 #: Candidate budget splits (FedDP-Init steps 1, 2, 3 sums, 3 counts) at data-point
@@ -107,14 +123,27 @@ BALANCED_DRAWS = 64
 #: times, 3 worse (at most 1.0105 x), and gained where the win is real (digits,
 #: data-point epsilon = 4: 0.97 x the server; nycflights, client epsilon = 1: 0.98 x).
 FINAL_REPS, FINAL_WINS = 6, 4
-_CLIPS = CLIENT_KEYS[1:]
-#: Candidate name of the server-only answer.
-SERVER_ONLY = "server-only"
+#: The client-level bounds (the check's clip is resolved on its own).
+_CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
+#: Share of the budget the final check takes when ``check-share = auto`` turns it on.
+CHECK_FRACTION = 0.10
+#: With the check available (``check-share = auto``), the protocol runs if it won at
+#: least this many of the :data:`FINAL_REPS` paired simulations, with the check unless
+#: it won every one it ran (see the module docstring, "The final check").
+CHECKED_WINS = 2
+#: Outcomes of the guard (:func:`guard_outcome`): k-means on the server's data alone,
+#: the protocol, the protocol followed by the final check.
+SERVER_ONLY, PROTOCOL, CHECKED = "server-only", "protocol", "protocol-checked"
 
 
 def client_settings(config: ExperimentConfig) -> dict[str, float]:
-    """The resolved settings nodes clip with, as flat ``privacy.*`` keys."""
-    return {key: float(getattr(config.privacy, name)) for key, name in CLIENT_SETTINGS.items()}
+    """The resolved settings nodes clip with, as flat ``privacy.*`` keys.
+
+    A setting still ``auto`` is one the run does not use (the check's clip without a
+    check) and is not sent.
+    """
+    return {key: float(getattr(config.privacy, name)) for key, name in CLIENT_SETTINGS.items()
+            if getattr(config.privacy, name) != AUTO}
 
 
 def resolve_auto(
@@ -191,6 +220,21 @@ def _resolve_auto(
                           else CLIENT_SPLITS[0])
     if privacy.lloyds_steps == AUTO:
         privacy = replace(privacy, lloyds_steps=0)
+    checkable = (config.algorithm == "feddp-kmeans" and not config.k_auto
+                 and config.is_private and privacy.check_share != 0)
+    if checkable and privacy.check_clip == AUTO:
+        alternative = server_only_centers(server_x, config.k,
+                                          integer_seed(config.seed, "init", "server-lloyds"))
+        privacy = replace(privacy, check_clip=check_clip(server_x, alternative))
+        record["why"]["check_clip"] = (
+            "the mean squared distance of the server's points to k-means on them (the "
+            "server-only answer the check compares with)")
+    check_auto = privacy.check_share == AUTO
+    if check_auto:  # decided by the guard below; no check in the simulated candidates
+        privacy = replace(privacy, check_share=0.0)
+        record["why"]["check_share"] = (
+            "no final check: it runs only where the public comparison of FedDP-KMeans "
+            "(fixed k, split or T auto) with the server-only answer is not clear-cut")
     base = replace(config, privacy=privacy)
 
     simulate = config.is_private and (
@@ -278,27 +322,66 @@ def _resolve_auto(
     if searched:
         server_only = replace(best, algorithm="server-lloyds",
                               privacy=replace(best.privacy, lloyds_steps=0))
-        # paired simulations one at a time, until the outcome of all FINAL_REPS is certain
-        ours, theirs, wins = [], [], 0
+        with_check = check_auto and checkable
+        needed = CHECKED_WINS if with_check else FINAL_WINS
+        # paired simulations one at a time, until the outcome is certain
+        ours, theirs, wins, outcome = [], [], 0, None
         for rep in range(FINAL_REPS):
             ours.append(costs_of(best, rep + 1)[rep])
             theirs.append(costs_of(server_only, rep + 1)[rep])
             wins += ours[-1] < theirs[-1]
-            if wins >= FINAL_WINS or len(ours) - wins > FINAL_REPS - FINAL_WINS:
+            losses = len(ours) - wins
+            outcome = guard_outcome(wins, losses, checkable=with_check)
+            if outcome is not None:
                 break
         record["candidates"].append({"stage": SERVER_ONLY,
                                      "simulated_cost": float(np.mean(theirs))})
         record["final_comparison"] = {"private": ours, "server_only": theirs, "wins": wins,
-                                      "needed": FINAL_WINS, "of": FINAL_REPS}
+                                      "needed": needed, "of": FINAL_REPS}
         versus = (f"the private protocol won {wins} of {len(ours)} paired simulations "
-                  f"against k-means on the server's data alone (needs {FINAL_WINS} of "
+                  f"against k-means on the server's data alone (needs {needed} of "
                   f"{FINAL_REPS}; stopped once decided)")
-        if wins < FINAL_WINS:
+        if outcome == SERVER_ONLY:
             best = server_only
             record["why"]["algorithm"] = versus + ": no private round is run"
         else:
             record["why"]["algorithm"] = versus
+        if outcome == CHECKED:
+            share = CHECK_FRACTION / (1.0 - CHECK_FRACTION) * sum(
+                r.weight for r in release_plan(best.algorithm, best.privacy,
+                                               subspace=k < server_x.shape[1]))
+            best = replace(best, privacy=replace(best.privacy, check_share=share))
+            record["why"]["check_share"] = (
+                f"the protocol lost {losses} of {len(ours)} paired simulations: "
+                f"{CHECK_FRACTION:.0%} of the budget decides on the clients' data whether "
+                "its centers or the server-only answer are returned")
+        elif with_check:
+            record["why"]["check_share"] = (
+                "no final check: " + ("the protocol won every paired simulation"
+                                      if outcome == PROTOCOL else "no private round is run"))
     return _finish(best, record)
+
+
+def guard_outcome(wins: int, losses: int, *, checkable: bool) -> str | None:
+    """The guard's answer after ``wins`` and ``losses`` of the protocol's paired simulations.
+
+    Without the check the protocol needs :data:`FINAL_WINS` of :data:`FINAL_REPS`.
+    With it (``check-share = auto``) the protocol runs if it won :data:`CHECKED_WINS`,
+    and the check decides on the clients' data unless the protocol won every simulation
+    (at least :data:`FINAL_WINS` of them). None: not decided yet, simulate again.
+
+    Returns
+    -------
+    {SERVER_ONLY, PROTOCOL, CHECKED} or None
+    """
+    needed = CHECKED_WINS if checkable else FINAL_WINS
+    if wins >= FINAL_WINS and not losses:
+        return PROTOCOL
+    if wins >= needed and losses:
+        return CHECKED if checkable else PROTOCOL
+    if losses > FINAL_REPS - needed:
+        return SERVER_ONLY
+    return None
 
 
 def paired_search(values: list, costs, *, line_search: bool = False) -> tuple:
@@ -459,5 +542,6 @@ def _finish(config: ExperimentConfig, record: dict):
         **({name: getattr(p, name) for name in _CLIPS} if p.level == "client" else {}),
         "split": list(p.split), "lloyds_steps": p.lloyds_steps,
         "min_server_weight": p.min_server_weight, "min_cluster_count": p.min_cluster_count,
+        "check_share": p.check_share, "check_clip": p.check_clip,
     }
     return config, record

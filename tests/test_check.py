@@ -1,0 +1,132 @@
+"""The final private check: hand-computed statistic, sensitivities, guard, end to end."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.experiment import run_flat
+from fedkmeans.stages import check_runs, feddp_init, release_plan, statistic_bounds
+from fedkmeans.stages.check import check_clip, cost_differences
+from fedkmeans.tuning.resolve import (
+    CHECKED,
+    FINAL_REPS,
+    PROTOCOL,
+    SERVER_ONLY,
+    guard_outcome,
+)
+
+
+def test_cost_differences_by_hand():
+    points = np.array([[0.0, 0.0], [3.0, 0.0], [10.0, 0.0], [1.0, 0.0]])
+    owner = np.array([0, 0, 1, 2])
+    a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
+    # d(p, A)^2 - d(p, B)^2 = 0 - 9, 9 - 0, 100 - 49, 1 - 4; clipped to [-10, 10]
+    out = cost_differences(points, owner, 3, a, b, tau=10.0)
+    np.testing.assert_array_equal(out, [[0.0], [10.0], [-3.0]])
+    np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, math.inf),
+                                  [[0.0], [51.0], [-3.0]])
+
+
+def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers():
+    server = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 1.0]])
+    centers = np.array([[1.0, 0.0], [10.0, 0.0]])
+    assert check_clip(server, centers) == pytest.approx((1.0 + 1.0 + 1.0) / 3)
+
+
+@pytest.mark.parametrize("level,sensitivity,server_bound", [
+    ("datapoint", 0.5, 40 * 0.5),   # one point: one term in [-tau, tau]; clip n_max tau
+    ("client", 30 * 0.5, 30 * 0.5),  # one client: |D_j| <= tau * clip-counts
+])
+def test_the_check_sensitivity(level, sensitivity, server_bound):
+    privacy = parse_config({"privacy.level": level, "privacy.check-clip": 0.5,
+                            "privacy.clip-counts": 30.0, "privacy.check-share": 0.1,
+                            "privacy.max-points-per-client": 40}).privacy
+    bound = statistic_bounds(privacy)["cost_difference"]
+    assert bound.l2_sensitivity == sensitivity and bound.server_bound == server_bound
+    plan = release_plan("feddp-kmeans", privacy)
+    assert plan[-1].stage == "check/cost_difference" and plan[-1].mechanism == "gaussian"
+    assert plan[-1].sensitivity == sensitivity and plan[-1].weight == 0.1
+
+
+def test_no_check_without_noise_or_without_a_share():
+    assert not check_runs(parse_config({"privacy.check-share": 0.1,
+                                        "privacy.epsilon": "inf"}).privacy)
+    assert not check_runs(parse_config({}).privacy)
+    names = [r.stage for r in release_plan("feddp-kmeans", parse_config({}).privacy)]
+    assert not any(name.startswith("check") for name in names)
+
+
+@pytest.mark.parametrize("overrides", [{"algorithm": "server-lloyds"}, {"k": "auto"}])
+def test_the_check_needs_feddp_kmeans_with_a_fixed_k(overrides):
+    with pytest.raises(ConfigError, match="'privacy.check-share' must be 0 or 'auto'"):
+        parse_config({"privacy.check-share": 0.1, **overrides})
+    parse_config({"privacy.check-share": "auto", **overrides})  # auto means 0 there
+
+
+def test_the_guard_by_hand():
+    # the protocol won every simulation it ran: no check
+    assert guard_outcome(4, 0, checkable=True) == PROTOCOL
+    assert guard_outcome(4, 0, checkable=False) == PROTOCOL
+    # a loss: with the check available 2 wins suffice, the check decides
+    assert guard_outcome(2, 1, checkable=True) == CHECKED
+    assert guard_outcome(2, 1, checkable=False) is None
+    assert guard_outcome(4, 2, checkable=False) == PROTOCOL
+    assert guard_outcome(1, FINAL_REPS - 1, checkable=True) == SERVER_ONLY
+    assert guard_outcome(1, 3, checkable=False) == SERVER_ONLY
+    assert guard_outcome(1, 3, checkable=True) is None
+    for wins in range(FINAL_REPS + 1):  # all simulations run: always decided
+        for checkable in (True, False):
+            assert guard_outcome(wins, FINAL_REPS - wins, checkable=checkable) is not None
+
+
+def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, monkeypatch):
+    from fedkmeans.tuning import resolve
+
+    monkeypatch.setattr(resolve, "guard_outcome", lambda *a, **k: CHECKED)
+    config = parse_config({**small_config, "privacy.split": "auto",
+                           "privacy.check-share": "auto", "privacy.epsilon": 1.0})
+    server_x = np.random.default_rng(0).normal(size=(50, 8))
+    chosen, record = resolve.resolve_auto(config, server_x, 12)
+    plan = release_plan("feddp-kmeans", chosen.privacy)
+    share = plan[-1].weight / sum(r.weight for r in plan)
+    assert plan[-1].stage == "check/cost_difference"
+    assert share == pytest.approx(resolve.CHECK_FRACTION)
+    assert chosen.privacy.check_clip == pytest.approx(record["chosen"]["check_clip"])
+    assert "check_share" in record["why"] and record["epsilon_spent"] == 0.0
+
+
+def _checked(small_config, **extra):
+    return {**small_config, "privacy.check-share": 0.1, "privacy.check-clip": 2.0,
+            "privacy.reproducible-noise": True, **extra}
+
+
+def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, monkeypatch):
+    far = lambda ctx: np.full((ctx.k, ctx.pool.dim), 50.0)  # noqa: E731
+    monkeypatch.setattr(feddp_init, "initial_centers", far)
+    result = run_flat(_checked(small_config, **{"privacy.epsilon": 1.0}))
+    server = run_flat({**small_config, "algorithm": "server-lloyds",
+                       "output-dir": small_config["output-dir"] + "-server"})
+    assert result["check"]["chosen"] == "server-only"
+    # every one of the 480 points is at the clip: the sum is 480 * 2 = 960 plus noise
+    assert result["check"]["noisy_difference"] > 0
+    np.testing.assert_array_equal(result["centers"], server["centers"])
+    released = {r["stage"]: r for r in result["privacy"]["releases"]}
+    assert released["check/cost_difference"]["sensitivity"] == 2.0
+    assert result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
+
+
+def test_the_check_keeps_good_centers(small_config):
+    result = run_flat(_checked(small_config, **{"privacy.epsilon": 50.0}))
+    assert result["check"]["chosen"] == "protocol"
+    assert result["check"]["noisy_difference"] < 0
+    assert result["privacy"]["epsilon"] <= 50.0
+
+
+def test_without_noise_the_check_does_not_run(small_config):
+    plain = run_flat({**small_config, "privacy.epsilon": "inf"})
+    checked = run_flat({**_checked(small_config), "privacy.epsilon": "inf",
+                        "output-dir": small_config["output-dir"] + "-checked"})
+    assert "check" not in checked
+    np.testing.assert_array_equal(plain["centers"], checked["centers"])
