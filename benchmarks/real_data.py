@@ -86,6 +86,8 @@ def one_job(job: tuple) -> dict:
         "chosen_split": " ".join(f"{w:g}" for w in chosen.get("split", [])),
         "chosen_lloyds_steps": chosen.get("lloyds_steps", ""),
         "chosen_clip_histogram": chosen.get("clip_histogram", ""),
+        # the final private check, where it ran: "protocol" or "server-only"
+        "check": (result.get("check") or {}).get("chosen", ""),
         "tuning_s": result["timings"].get("tuning", 0.0),
         "run_s": result["timings"]["total"],
         "wall_s": time.perf_counter() - start,
@@ -115,10 +117,13 @@ def summarise(rows: list[dict]) -> list[str]:
                 fed = sum(r["chosen_algorithm"] == "feddp-kmeans" for r in autos)
                 steps = sorted({str(r["chosen_lloyds_steps"]) for r in autos
                                 if r["chosen_algorithm"] == "feddp-kmeans"})
+                checked = [r.get("check", "") for r in autos if r.get("check")]
+                checks = (f"; checked {len(checked)}, server kept "
+                          f"{checked.count('server-only')}" if checked else "")
                 lines.append(
                     f"| {level} | {eps:g} | {med['auto']:.4f} | {med['guess']:.4f} | "
                     f"{med['auto'] / server:.4f} | {fed}/{len(autos)}"
-                    + (f" (T in {{{', '.join(steps)}}})" if steps else "") + " | "
+                    + (f" (T in {{{', '.join(steps)}}}{checks})" if steps else "") + " | "
                     f"{statistics.median(r['tuning_s'] for r in autos):.1f} | "
                     f"{statistics.median(r['run_s'] for r in autos):.1f} |")
         lines.append("")

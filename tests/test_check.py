@@ -85,6 +85,7 @@ def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, monkeypat
     from fedkmeans.tuning import resolve
 
     monkeypatch.setattr(resolve, "guard_outcome", lambda *a, **k: CHECKED)
+    monkeypatch.setattr(resolve, "CHECK_RESOLUTION", math.inf)
     config = parse_config({**small_config, "privacy.split": "auto",
                            "privacy.check-share": "auto", "privacy.epsilon": 1.0})
     server_x = np.random.default_rng(0).normal(size=(50, 8))
@@ -95,6 +96,7 @@ def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, monkeypat
     assert share == pytest.approx(resolve.CHECK_FRACTION)
     assert chosen.privacy.check_clip == pytest.approx(record["chosen"]["check_clip"])
     assert "check_share" in record["why"] and record["epsilon_spent"] == 0.0
+    assert record["check_resolution"] > 0
 
 
 def _checked(small_config, **extra):
