@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import multiprocessing
 import statistics
 import tempfile
@@ -111,7 +112,8 @@ def summarise(rows: list[dict]) -> list[str]:
         for level in dict.fromkeys(r["level"] for r in private):
             for eps in sorted({r["epsilon"] for r in private if r["level"] == level}):
                 cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
-                med = {s: statistics.median(r["cost_ratio"] for r in cell if r["setting"] == s)
+                med = {s: statistics.median([r["cost_ratio"] for r in cell
+                                             if r["setting"] == s] or [math.nan])
                        for s in ("auto", "guess")}
                 autos = [r for r in cell if r["setting"] == "auto"]
                 fed = sum(r["chosen_algorithm"] == "feddp-kmeans" for r in autos)
