@@ -27,6 +27,7 @@ from scipy.linalg import blas
 from fedkmeans import data as data_access
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
+from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
@@ -233,11 +234,11 @@ class NodeData:
         privacy.check-clip``, then at client level each client's value clipped to
         ``tau * clip-counts`` (:mod:`fedkmeans.stages.check`).
         """
-        from fedkmeans.stages.check import cost_differences
+        from fedkmeans.stages.check import check_clip_of, cost_differences
 
         x, owner = self._pooled(clients)
-        tau = float(self.config.privacy.check_clip) if self.config.is_private else np.inf
-        rows = cost_differences(x, owner, len(clients), centers, alternative, tau)
+        rows = cost_differences(x, owner, len(clients), centers, alternative,
+                                check_clip_of(self.config.privacy))
         return {"cost_difference": self._clip_rows("cost_difference", rows)}
 
     def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
@@ -374,9 +375,6 @@ class NodeData:
             out["table"] = table.reshape(values.size, k).astype(np.float64)
         return out
 
-
-#: Points assigned at a time: bounds the (points, centers) distance matrix.
-BLOCK = 65536
 
 
 def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from fedkmeans.config import ExperimentConfig
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
-from fedkmeans.stages import check_runs, protocol, release_plan
+from fedkmeans.stages import protocol, release_plan
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.tuning.resolve import client_settings, resolve_auto
@@ -210,9 +210,7 @@ def _run_claimed(
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
-    return len(protocol(config.algorithm).rounds(
-        config.privacy.lloyds_steps, full_rank=not subspace,
-        check=check_runs(config.privacy)))
+    return len(protocol(config.algorithm).rounds(config.privacy, full_rank=not subspace))
 
 
 def _answering_everywhere(pool: ClientPool) -> int:

@@ -117,7 +117,7 @@ def test_the_feddp_kmeans_plan_is_its_stages_releases_in_order():
         names[1:]
     assert [r.stage for r in release_plan("server-lloyds", privacy)] == names[4:]
     assert release_plan("kfed", privacy) == []
-    rounds = [g for _, g in protocol("feddp-kmeans").rounds(2, full_rank=True)]
+    rounds = [g for _, g in protocol("feddp-kmeans").rounds(privacy, full_rank=True)]
     assert rounds == ["init-2", "init-3", "lloyds-1", "lloyds-2"]
 
 

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["center_scores", "squared_distances"]
+__all__ = ["BLOCK", "center_scores", "squared_distances"]
+
+#: Points whose distances to the centers are computed at a time by callers that bound
+#: memory (the nodes): bounds the (points, centers) distance matrix.
+BLOCK = 65536
 
 
 def center_scores(points: np.ndarray, centers: np.ndarray) -> np.ndarray:

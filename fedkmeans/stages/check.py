@@ -41,23 +41,24 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import kmeans
-from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.clustering.distances import BLOCK, squared_distances
 from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "COST_DIFFERENCE", "check_clip", "check_runs", "final_check",
-           "server_only_centers"]
+__all__ = ["CHECK", "COST_DIFFERENCE", "check_clip", "check_clip_of", "check_runs",
+           "cost_differences", "final_check", "server_only_centers"]
 
 
-def _tau(privacy: PrivacyConfig) -> float:
-    """The per-point clip, ``inf`` while unresolved (the check then does not run)."""
+def check_clip_of(privacy: PrivacyConfig) -> float:
+    """The per-point clip tau, ``inf`` while unresolved (the check then does not run)."""
     return math.inf if privacy.check_clip == AUTO else float(privacy.check_clip)
 
 
 COST_DIFFERENCE = Statistic(
-    "cost_difference", "l2", per_point=lambda privacy: (_tau(privacy), _tau(privacy)),
-    client_bound=lambda privacy: _tau(privacy) * privacy.clip_counts,
+    "cost_difference", "l2",
+    per_point=lambda privacy: (check_clip_of(privacy), check_clip_of(privacy)),
+    client_bound=lambda privacy: check_clip_of(privacy) * privacy.clip_counts,
     shape=lambda k, d, m: (1,),
 )
 
@@ -96,12 +97,12 @@ def cost_differences(
         Per-point clip (``inf``: none).
     """
     out = np.zeros(clients)
-    block = 65536
-    for start in range(0, points.shape[0], block):
-        x = points[start:start + block]
+    for start in range(0, points.shape[0], BLOCK):
+        x = points[start:start + BLOCK]
         diff = (squared_distances(x, centers).min(axis=1)
                 - squared_distances(x, alternative).min(axis=1))
-        np.add.at(out, owner[start:start + block], np.clip(diff, -tau, tau))
+        out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -tau, tau),
+                           minlength=clients)
     return out[:, None]
 
 
@@ -110,9 +111,9 @@ def final_check(ctx, centers: np.ndarray) -> np.ndarray:
 
     Records ``{"chosen", "noisy_difference", "clip"}`` in ``ctx.check``.
     """
-    alternative = server_only_centers(ctx.server_x, ctx.k, ctx.int_seed("init", "server-lloyds"))
-
     def compute() -> dict[str, np.ndarray]:
+        alternative = server_only_centers(ctx.server_x, ctx.k,
+                                          ctx.int_seed("init", "server-lloyds"))
         replies = ctx.query(CHECK.name, CHECK.group,
                             {"centers": centers, "alternative": alternative},
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
@@ -125,7 +126,7 @@ def final_check(ctx, centers: np.ndarray) -> np.ndarray:
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
         "noisy_difference": float(out["noisy_difference"][0]),
-        "clip": _tau(ctx.config.privacy),
+        "clip": check_clip_of(ctx.config.privacy),
         "rule": "the protocol's centers if the noisy sum of the clients' clipped "
                 "d(p, A)^2 - d(p, B)^2 is below 0, else k-means on the server's data",
     }

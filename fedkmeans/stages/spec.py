@@ -167,19 +167,23 @@ class Protocol:
     private: bool = True
     check: bool = False
 
-    def rounds(
-        self, lloyds_steps: int, *, full_rank: bool = False, check: bool = False
-    ) -> list[tuple[Stage, str]]:
-        """``(stage, round name)`` of every client round, in order.
+    def checks(self, privacy: PrivacyConfig) -> bool:
+        """Whether a run with ``privacy`` ends with this protocol's final check."""
+        return self.check and check_runs(privacy)
 
-        ``check``: the run asks for the final check (:func:`~fedkmeans.stages.check.
-        check_runs`); it is a round only of a protocol that has one.
+    def rounds(
+        self, privacy: PrivacyConfig, *, full_rank: bool = False
+    ) -> list[tuple[Stage, str]]:
+        """``(stage, round name)`` of every client round of a run with ``privacy``, in order.
+
+        The initialisation, ``privacy.lloyds_steps`` Lloyds steps, and the final check
+        when the run has one (:meth:`checks`).
         """
         out = [(s, s.group) for s in self.init if not (full_rank and s.skipped_when_full_rank)]
         if self.lloyds:
             step = stage("lloyds")
-            out += [(step, f"{step.group}-{t}") for t in range(1, lloyds_steps + 1)]
-        if self.check and check:
+            out += [(step, f"{step.group}-{t}") for t in range(1, privacy.lloyds_steps + 1)]
+        if self.checks(privacy):
             final = stage("check")
             out.append((final, final.group))
         return out
@@ -281,6 +285,5 @@ def release_plan(
     chosen = protocol(algorithm)
     if not chosen.private:
         return []
-    rounds = chosen.rounds(privacy.lloyds_steps, full_rank=not subspace,
-                           check=check_runs(privacy))
-    return [release for step, group in rounds for release in step.plan(privacy, group)]
+    return [release for step, group in chosen.rounds(privacy, full_rank=not subspace)
+            for release in step.plan(privacy, group)]

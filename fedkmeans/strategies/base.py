@@ -26,7 +26,7 @@ from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.stages import check_runs, protocol, statistic_bounds
+from fedkmeans.stages import protocol, statistic_bounds
 from fedkmeans.stages.check import final_check
 from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
@@ -336,6 +336,6 @@ class Strategy(ABC):
         centers = self.initial_centers(ctx)
         for step in range(1, ctx.config.privacy.lloyds_steps + 1):
             centers = lloyds_step(ctx, centers, step)
-        if protocol(self.name).check and check_runs(ctx.config.privacy):
+        if protocol(self.name).checks(ctx.config.privacy):
             centers = final_check(ctx, centers)
         return centers
