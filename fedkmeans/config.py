@@ -36,7 +36,7 @@ from fedkmeans.schema import ConfigError
 AUTO_KEYS = (
     "data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
     "split", "lloyds_steps", "min_server_weight", "min_cluster_count", "check_share",
-    "check_clip",
+    "check_clip", "extra_centers",
 )
 #: The settings nodes clip with: when ``auto``, the server resolves them and sends the
 #: values with every request.
@@ -157,6 +157,11 @@ class PrivacyConfig:
     check_clip : float
         The check's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
         mean squared distance of the server's points to the server-only centers B.
+    extra_centers : int
+        FedDP-KMeans only: spare centers e of FedDP-Init steps 2 and 3 (k + e projected
+        centers, k + e released centers), merged into k on the server by their noisy
+        counts (post-processing, no privacy cost). 0 = the paper's FedDP-Init;
+        ``auto``: ``ceil(k / 5)`` (0 with ``k = auto``), see :mod:`fedkmeans.tuning`.
 
     Every setting named in :data:`AUTO_KEYS` may be ``"auto"``: the data radius, the
     client-level bounds, the split and T are then chosen by :mod:`fedkmeans.tuning`
@@ -203,6 +208,7 @@ class PrivacyConfig:
     min_cluster_count: float | str = AUTO
     check_share: float | str = 0.0
     check_clip: float | str = AUTO
+    extra_centers: int | str = 0
     aggregation: str = "central"
     reproducible_noise: bool = False
     public_num_clients: int = 0

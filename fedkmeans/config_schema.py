@@ -172,6 +172,12 @@ RULES: tuple[Rule, ...] = (
         lambda c: c.privacy.check_share,
         when=lambda c: c.algorithm != "feddp-kmeans" or c.k_auto),
     require("privacy.check-clip", _CLIP, lambda c: c.privacy.check_clip),
+    require("privacy.extra-centers", auto_or(at_least(0)), lambda c: c.privacy.extra_centers),
+    require("privacy.extra-centers", Constraint(
+        lambda v: v == 0 or v == AUTO,
+        "0 or 'auto' (= 0) unless algorithm is 'feddp-kmeans' (the spare centers are "
+        "FedDP-Init's)"), lambda c: c.privacy.extra_centers,
+        when=lambda c: c.algorithm != "feddp-kmeans"),
     require("privacy.public-num-clients", at_least(0, note=" (0 = the registered clients)"),
             lambda c: c.privacy.public_num_clients),
     require("privacy.aggregation", one_of(AGGREGATIONS), lambda c: c.privacy.aggregation),
@@ -206,6 +212,22 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def check_server_points(config: ExperimentConfig, server_points: int, how: str = "") -> None:
+    """Raise unless the server has enough points for FedDP-Init's step 2.
+
+    Step 2 clusters the server's points into k (or k-max) plus the numeric
+    ``privacy.extra-centers`` centers (``auto`` is resolved to fit).
+    """
+    key, value = config.largest_k
+    _check(value <= server_points, key,
+           f"at most the number of server points ({server_points}{how})", value)
+    extra = config.privacy.extra_centers
+    if extra != AUTO and config.algorithm == "feddp-kmeans":
+        _check(value + extra <= server_points, "privacy.extra-centers",
+               f"at most the number of server points minus {key} ({server_points - value})",
+               extra)
+
+
 def validate(config: ExperimentConfig) -> None:
     """Check every value of ``config``; raise :class:`ConfigError` on the first bad one.
 
@@ -215,17 +237,12 @@ def validate(config: ExperimentConfig) -> None:
     check(config, RULES[:RULES_BEFORE_DATA_FACTS])
     d = config.data
     _check(holdout_ok(d.name, d.holdout), "data.holdout", holdout_allowed(d.name), d.holdout)
-    key, value = config.largest_k
     if d.name == "mixture":
-        n_server = _mixture_server_points(config)
-        _check(
-            n_server >= value, key,
-            f"at most the number of server points ({n_server} = data.components * "
-            "data.server-points-per-component + data.server-uniform-points)", value,
-        )
+        check_server_points(config, _mixture_server_points(config), (
+            " = data.components * data.server-points-per-component + "
+            "data.server-uniform-points"))
     if _real(config) and d.server_points:
-        _check(value <= d.server_points, key, f"at most data.server-points ({d.server_points})",
-               value)
+        check_server_points(config, d.server_points, " = data.server-points")
     if _real(config):
         _check(
             _package_installed(d.name), "data.name",

@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
+from fedkmeans.config_schema import check_server_points
 from fedkmeans.rundir import check_output_dir
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
@@ -127,10 +128,7 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
                               f"{raw!r} (resolved to {path})")
         config = parse_config({**flat, "data.path": str(path)})
     server_points = data_access.load_server(config)[0].shape[0]
-    key, value = config.largest_k
-    if value > server_points:
-        raise ConfigError(f"config key '{key}' must be at most the number of server points "
-                          f"({server_points}), got {value}")
+    check_server_points(config, server_points)
     return config
 
 

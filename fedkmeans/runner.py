@@ -18,6 +18,7 @@ from fedkmeans import data as data_access
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
+from fedkmeans.config_schema import check_server_points
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
@@ -86,9 +87,8 @@ def _run_claimed(
         raise ValueError(
             f"server data has d={server_x.shape[1]} but the nodes' data has d={pool.dim}"
         )
-    key, k_needed = config.largest_k
-    if k_needed > server_x.shape[0]:
-        raise ValueError(f"{key}={k_needed} exceeds the {server_x.shape[0]} server points")
+    check_server_points(config, server_x.shape[0])
+    _, k_needed = config.largest_k
 
     # `auto` settings: from the server's data and public facts, before any private round
     t0 = time.perf_counter()
@@ -178,6 +178,8 @@ def _run_claimed(
         result["tuning"] = tuning
     if ctx.check is not None:
         result["check"] = ctx.check
+    if ctx.spare_centers is not None:
+        result["spare_centers"] = ctx.spare_centers
     if config.k_auto:
         costs = checkpoint.rounds.get("init-2", {}).get("elbow_costs")
         result["k_selection"] = {

@@ -8,8 +8,10 @@ from fedkmeans.clustering.client_stats import (
 )
 from fedkmeans.clustering.server_steps import (
     centers_from_sums,
+    eigen_gap,
     kmeans,
     kmeans_plus_plus,
+    merge_centers,
     server_estimate,
     sphere_packing_centers,
     supported_eigenvectors,
@@ -24,8 +26,10 @@ __all__ = [
     "outer_product_sum",
     "projected_histogram",
     "centers_from_sums",
+    "eigen_gap",
     "kmeans",
     "kmeans_plus_plus",
+    "merge_centers",
     "server_estimate",
     "sphere_packing_centers",
     "supported_eigenvectors",

@@ -7,6 +7,7 @@ its own (public) server data Q. No function here touches a client's points.
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 from sklearn.cluster import KMeans, kmeans_plusplus
@@ -39,6 +40,17 @@ def top_eigenvectors(matrix: np.ndarray, k: int) -> np.ndarray:
     signs = np.sign(basis[np.arange(basis.shape[0]), np.argmax(np.abs(basis), axis=1)])
     signs[signs == 0] = 1.0
     return basis * signs[:, None]
+
+
+def eigen_gap(matrix: np.ndarray, k: int) -> float:
+    """``lambda_k - lambda_(k+1)`` of a symmetric (d, d) matrix (eigenvalues descending).
+
+    ``inf`` when ``k >= d`` (no (k+1)-th eigenvalue).
+    """
+    if k >= matrix.shape[0]:
+        return math.inf
+    eigenvalues = np.linalg.eigvalsh(matrix)[::-1]
+    return float(eigenvalues[k - 1] - eigenvalues[k])
 
 
 def supported_eigenvectors(
@@ -182,6 +194,40 @@ def weighted_kmeans(
     w = usable_weights(weights, min_weight, k)
     keep = w > 0
     return kmeans(points[keep], k, seed=seed, n_init=n_init, sample_weight=w[keep])
+
+
+def merge_centers(
+    centers: np.ndarray, counts: np.ndarray, k: int, *, seed: int
+) -> np.ndarray:
+    """Merge ``k + e`` released centers into ``k``: k-means on them, weighted by counts.
+
+    Post-processing of FedDP-Init step 3 with spare centers (``privacy.extra-centers``):
+    each released center ``nu_r = m_r / n_r`` stands for the ``n_r`` client points of
+    its cell, so the k-means of the ``nu_r`` weighted by ``n_r`` is the k-means of the
+    clients' data with every cell moved to its mean; a merged center is the
+    count-weighted mean of its group, i.e. the mean of the union of the cells (up to
+    noise). Noisy counts are made valid weights by :func:`usable_weights`.
+
+    Parameters
+    ----------
+    centers : ndarray of shape (k + e, d)
+        Step 3's centers.
+    counts : ndarray of shape (k + e,)
+        Their noisy counts n_r.
+    k : int
+    seed : int
+        Integer seed of the (public) k-means restarts.
+
+    Returns
+    -------
+    ndarray of shape (k, d)
+        ``centers`` itself when e = 0.
+    """
+    if centers.shape[0] <= k:
+        return centers
+    weights = usable_weights(counts, 0.0, k)
+    keep = weights > 0
+    return kmeans(centers[keep], k, seed=seed, sample_weight=weights[keep])
 
 
 def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int) -> np.ndarray:

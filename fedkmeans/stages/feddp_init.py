@@ -34,6 +34,8 @@ import numpy as np
 
 from fedkmeans.clustering import (
     centers_from_sums,
+    eigen_gap,
+    merge_centers,
     server_estimate,
     supported_eigenvectors,
     usable_weights,
@@ -59,8 +61,12 @@ HISTOGRAM = Statistic(
 )
 
 
-def find_subspace(ctx, k: int) -> np.ndarray:
-    """Step 1: the (k, d) basis V of the noisy second moment's supported eigenvectors."""
+def find_subspace(ctx, k: int) -> dict[str, np.ndarray]:
+    """Step 1: the (k, d) basis V of the noisy second moment's supported eigenvectors.
+
+    Returns ``basis``, ``eigen_gap`` (``lambda_k - lambda_(k+1)`` of the released
+    matrix) and ``noise_norm`` (its noise's spectral norm, 0 without noise).
+    """
 
     def compute() -> dict[str, np.ndarray]:
         group = SUBSPACE.group
@@ -69,16 +75,20 @@ def find_subspace(ctx, k: int) -> np.ndarray:
         second_moment = SUBSPACE.release(ctx, replies, group)["covariance"]
         floor = ctx.eigenvalue_floor(f"{group}/covariance")
         return {"basis": supported_eigenvectors(
-            second_moment, k, floor, ctx.server_x.T @ ctx.server_x)}
+                    second_moment, k, floor, ctx.server_x.T @ ctx.server_x),
+                "eigen_gap": np.array(eigen_gap(second_moment, k)),
+                "noise_norm": np.array(floor)}
 
-    return ctx.round(SUBSPACE.group, compute)["basis"]
+    return ctx.round(SUBSPACE.group, compute)
 
 
-def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool) -> dict:
+def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool, extra: int = 0) -> dict:
     """Step 2: projected centers (and the server's estimate of each center).
 
-    Returns ``projected_centers`` (k', k_dims), ``server_estimate`` (k', d) and, when
-    ``choose`` (``k = auto``), ``elbow_costs``; k' is k, or the elbow's choice.
+    Returns ``projected_centers`` (k' + extra, k_dims), ``server_estimate``
+    (k' + extra, d), ``k`` (k') and, when ``choose`` (``k = auto``), ``elbow_costs``;
+    k' is k, or the elbow's choice, and ``extra`` spare centers are added
+    (``privacy.extra-centers``, merged away after step 3).
     """
     projected_server = ctx.server_x @ basis.T
 
@@ -99,10 +109,11 @@ def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool) -> dict:
                 min_weight=min_weight,
             )
             outputs["elbow_costs"] = costs
-        usable = usable_weights(weights, min_weight, chosen_k)
-        centers = weighted_kmeans(projected_server, usable, chosen_k,
+        usable = usable_weights(weights, min_weight, chosen_k + extra)
+        centers = weighted_kmeans(projected_server, usable, chosen_k + extra,
                                   seed=ctx.int_seed(group, "weighted-kmeans"))
         outputs["projected_centers"] = centers
+        outputs["k"] = np.array(chosen_k)
         outputs["server_estimate"] = server_estimate(
             ctx.server_x, projected_server, centers, usable, basis)
         return outputs
@@ -111,24 +122,32 @@ def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool) -> dict:
 
 
 def centers_from_clients(
-    ctx, basis: np.ndarray, projected_centers: np.ndarray, fallback: np.ndarray
+    ctx, basis: np.ndarray, projected_centers: np.ndarray, fallback: np.ndarray,
+    k: int | None = None,
 ) -> np.ndarray:
-    """Step 3: nu_r = m_r / n_r from the clients' sums and counts (``fallback`` if few)."""
-    k = projected_centers.shape[0]
+    """Step 3: nu_r = m_r / n_r from the clients' sums and counts (``fallback`` if few).
+
+    With spare centers (``k`` below the number of projected centers) the released
+    centers are merged into ``k`` by :func:`~fedkmeans.clustering.merge_centers`
+    (post-processing: the same releases, no privacy cost).
+    """
+    total = projected_centers.shape[0]
+    k = total if k is None else k
 
     def compute() -> dict[str, np.ndarray]:
         group = PROJECTED_CENTERS.group
         replies = ctx.query(
             PROJECTED_CENTERS.name, group,
             {"basis": basis, "projected_centers": projected_centers},
-            expected=PROJECTED_CENTERS.expected(k, ctx.pool.dim),
+            expected=PROJECTED_CENTERS.expected(total, ctx.pool.dim),
         )
         released = PROJECTED_CENTERS.release(ctx, replies, group)
         centers, _ = centers_from_sums(
             released["sums"], released["counts"], fallback=fallback,
             min_count=ctx.min_cluster_count(group, fallback),
         )
-        return {"centers": centers}
+        return {"centers": merge_centers(centers, released["counts"], k,
+                                         seed=ctx.int_seed(group, "merge"))}
 
     return ctx.round(PROJECTED_CENTERS.group, compute)["centers"]
 
@@ -137,17 +156,26 @@ def initial_centers(ctx) -> np.ndarray:
     """FedDP-Init: the three stages; returns the (k, d) initial centers.
 
     With ``k = auto`` step 1 keeps ``k-max`` eigenvectors, step 2 chooses k
-    (recorded with ``ctx.choose_k``) and step 3 and later rounds use it.
+    (recorded with ``ctx.choose_k``) and step 3 and later rounds use it. With e
+    spare centers (``privacy.extra-centers``; ``auto``: decided from step 1's release,
+    :meth:`~fedkmeans.strategies.ServerContext.extra_centers`), steps 2 and 3 use
+    k + e centers and the released ones are merged into k
+    (:func:`centers_from_clients`).
     """
     d, auto = ctx.pool.dim, ctx.config.k_auto
     _, k = ctx.config.largest_k  # k = auto: a k-max dimensional subspace
-    basis = np.eye(d) if k >= d else find_subspace(ctx, k)
-    step2 = weigh_server_points(ctx, basis, k, auto)
-    projected_centers = step2["projected_centers"]
-    fallback = step2.get("server_estimate", projected_centers @ basis)
+    if k >= d:  # nothing to find; no noisy projection
+        basis, extra = np.eye(d), ctx.extra_centers(k, math.inf, 0.0)
+    else:
+        step1 = find_subspace(ctx, k)
+        basis = step1["basis"]
+        extra = ctx.extra_centers(k, float(step1["eigen_gap"]), float(step1["noise_norm"]))
+    step2 = weigh_server_points(ctx, basis, k, auto, extra)
+    chosen_k = int(step2["k"])
     if auto:
-        ctx.choose_k(projected_centers.shape[0])
-    return centers_from_clients(ctx, basis, projected_centers, fallback)
+        ctx.choose_k(chosen_k)
+    return centers_from_clients(ctx, basis, step2["projected_centers"],
+                                step2["server_estimate"], chosen_k)
 
 
 SUBSPACE = register(Stage(

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy import registry
@@ -32,7 +33,13 @@ from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
 from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.strategies.replies import Replies
-from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread, weight_threshold
+from fedkmeans.tuning.thresholds import (
+    count_threshold,
+    noise_std,
+    spare_centers,
+    spread,
+    weight_threshold,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +81,8 @@ class ServerContext:
     chosen_k: int | None = None
     #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
     check: dict | None = None
+    #: FedDP-Init's spare centers and why (:meth:`extra_centers`), once decided.
+    spare_centers: dict | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -132,6 +141,25 @@ class ServerContext:
     def choose_k(self, k: int) -> None:
         """Record the k a strategy chose (``k = auto``): later rounds and the result use it."""
         self.chosen_k = int(k)
+
+    def extra_centers(self, k: int, eigen_gap: float, noise_norm: float) -> int:
+        """Spare centers of FedDP-Init steps 2-3: ``privacy.extra-centers``, or decided.
+
+        ``auto``: :func:`~fedkmeans.tuning.thresholds.spare_centers` of step 1's
+        released eigen-gap and noise norm (0 with ``k = auto`` or without a subspace),
+        within the server's points. Recorded in :attr:`spare_centers`.
+        """
+        value = self.config.privacy.extra_centers
+        if value != AUTO:
+            extra = int(value)
+        elif self.config.k_auto:
+            extra = 0
+        else:
+            extra = min(spare_centers(k, eigen_gap, noise_norm), self.server_x.shape[0] - k)
+        self.spare_centers = {
+            "extra_centers": extra, "setting": value,
+            "eigen_gap": json_number(eigen_gap), "noise_norm": json_number(noise_norm)}
+        return extra
 
     def min_server_weight(self, stage: str) -> float:
         """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.

@@ -124,6 +124,9 @@ BALANCED_DRAWS = 64
 #: times, 3 worse (at most 1.0105 x), and gained where the win is real (digits,
 #: data-point epsilon = 4: 0.97 x the server; nycflights, client epsilon = 1: 0.98 x).
 FINAL_REPS, FINAL_WINS = 6, 4
+#: ``auto`` settings the strategy resolves during the run, from released values and
+#: their noise scales (:mod:`fedkmeans.tuning.thresholds`).
+RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 #: Share of the budget the final check takes when ``check-share = auto`` turns it on.
@@ -186,7 +189,7 @@ def _resolve_auto(
 ) -> tuple[ExperimentConfig, dict | None]:
     privacy = config.privacy
     searched = {"split", "lloyds_steps"} & set(privacy.auto_keys)
-    if not set(privacy.auto_keys) - {"min_server_weight", "min_cluster_count"}:
+    if not set(privacy.auto_keys) - set(RUNTIME_AUTO):
         return config, None
     declared = privacy.public_num_clients
     num_clients = declared or num_clients
@@ -581,5 +584,6 @@ def _finish(config: ExperimentConfig, record: dict):
         "split": list(p.split), "lloyds_steps": p.lloyds_steps,
         "min_server_weight": p.min_server_weight, "min_cluster_count": p.min_cluster_count,
         "check_share": p.check_share, "check_clip": p.check_clip,
+        "extra_centers": p.extra_centers,
     }
     return config, record
