@@ -20,6 +20,7 @@ from fedkmeans.tuning.resolve import (
     CLIENT_SPLITS,
     CLIP_QUANTILES,
     FINAL_WINS,
+    RUNTIME_AUTO,
     balanced_sums_ratio,
     client_bound_quantiles,
     paired_search,
@@ -34,7 +35,8 @@ from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
     "data-radius", "clip-covariance", "clip-histogram", "clip-sums", "clip-counts", "split",
-    "lloyds-steps", "min-server-weight", "min-cluster-count", "check-share", "check-clip")}
+    "lloyds-steps", "min-server-weight", "min-cluster-count", "check-share", "check-clip",
+    "extra-centers")}
 
 
 # -- thresholds, hand-computed ----------------------------------------------------------
@@ -190,7 +192,7 @@ def test_the_choice_reads_no_client_data(small_config, monkeypatch):
     first, record = resolve_auto(config, server_x, 12)
     again, _ = resolve_auto(config, server_x, 12)
     assert first == again and record["epsilon_spent"] == 0.0
-    assert not set(first.privacy.auto_keys) - {"min_server_weight", "min_cluster_count"}
+    assert not set(first.privacy.auto_keys) - set(RUNTIME_AUTO)
 
 
 def test_the_choice_is_the_same_whatever_the_clients_hold(tmp_path):
