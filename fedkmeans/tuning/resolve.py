@@ -29,8 +29,9 @@ What ``auto`` means per setting
     (a private cost comparison would cost a share of epsilon and, at client level, is
     drowned by noise of the order of a whole client's cost).
 
-    ``min-server-weight`` and ``min-cluster-count``: left ``auto``; the strategy sets
-    them from each release's noise scale (:mod:`fedkmeans.tuning.thresholds`).
+    ``min-server-weight``, ``min-cluster-count`` and ``extra-centers``: left ``auto``;
+    the strategy sets them from each release's noise scale (and the spare centers from
+    step 1's released eigen-gap; :mod:`fedkmeans.tuning.thresholds`).
 
     ``check-share`` (the final check): 0 unless the guard above is not clear-cut;
     ``check-clip``: the mean squared distance of Q to the server-only centers.
