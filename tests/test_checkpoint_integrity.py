@@ -185,7 +185,7 @@ def _round_garbage(checkpoint):
 def _round_key_missing(checkpoint):
     path = checkpoint / "init-2.npz"
     np.savez(path, other=np.zeros(3))
-    return path, "lacks key(s) ['k', 'projected_centers', 'server_estimate']"
+    return path, "lacks key(s) ['projected_centers', 'server_estimate']"
 
 
 def _round_altered(checkpoint):

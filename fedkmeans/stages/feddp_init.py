@@ -86,8 +86,8 @@ def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool, extra: int
     """Step 2: projected centers (and the server's estimate of each center).
 
     Returns ``projected_centers`` (k' + extra, k_dims), ``server_estimate``
-    (k' + extra, d), ``k`` (k') and, when ``choose`` (``k = auto``), ``elbow_costs``;
-    k' is k, or the elbow's choice, and ``extra`` spare centers are added
+    (k' + extra, d) and, when ``choose`` (``k = auto``), ``elbow_costs``; k' is k, or
+    the elbow's choice, and ``extra`` spare centers are added
     (``privacy.extra-centers``, merged away after step 3).
     """
     projected_server = ctx.server_x @ basis.T
@@ -113,7 +113,6 @@ def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool, extra: int
         centers = weighted_kmeans(projected_server, usable, chosen_k + extra,
                                   seed=ctx.int_seed(group, "weighted-kmeans"))
         outputs["projected_centers"] = centers
-        outputs["k"] = np.array(chosen_k)
         outputs["server_estimate"] = server_estimate(
             ctx.server_x, projected_server, centers, usable, basis)
         return outputs
@@ -171,7 +170,7 @@ def initial_centers(ctx) -> np.ndarray:
         basis = step1["basis"]
         extra = ctx.extra_centers(k, float(step1["eigen_gap"]), float(step1["noise_norm"]))
     step2 = weigh_server_points(ctx, basis, k, auto, extra)
-    chosen_k = int(step2["k"])
+    chosen_k = step2["projected_centers"].shape[0] - extra
     if auto:
         ctx.choose_k(chosen_k)
     return centers_from_clients(ctx, basis, step2["projected_centers"],
