@@ -13,7 +13,7 @@ separate selection trials, so the evaluation counts are unbiased.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import beta
+from scipy.stats import beta, binomtest
 
 __all__ = ["choose_threshold", "clopper_pearson", "epsilon_lower_bound", "check_delta"]
 
@@ -55,10 +55,9 @@ def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"successes must be an integer in [0, n={n}], got {successes!r}")
     if not (isinstance(confidence, float) and 0 < confidence < 1):
         raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
-    alpha = 1.0 - confidence
-    lower = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
-    upper = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return lower, upper
+    # scipy's exact interval: brentq on the binomial tails (the beta quantiles to ~1e-12)
+    ci = binomtest(int(successes), n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def _cp_upper(successes: np.ndarray, n: int, confidence: float) -> np.ndarray:
