@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from fedkmeans.engines.flower import process_alive, stop_all
@@ -33,18 +34,11 @@ SMALL = [
 
 def _run_pids(tmp_root: Path) -> list[int]:
     """Processes whose FLWR_HOME lies below ``tmp_root`` (this run's, and only its)."""
-    prefix = f"FLWR_HOME={tmp_root}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(item.startswith(prefix) for item in environ) and process_alive(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
+    return [
+        proc.pid for proc in psutil.process_iter(["environ"])
+        if (proc.info["environ"] or {}).get("FLWR_HOME", "").startswith(str(tmp_root))
+        and process_alive(proc.pid)
+    ]
 
 
 @pytest.fixture
@@ -58,10 +52,10 @@ def tmp_root():
 def _is_server(pid: int) -> bool:
     """The process running the ServerApp (``flwr-simulation`` in a simulation)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        cmdline = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return False
-    return b"flwr-simulation" in cmdline or b"flwr-serverapp" in cmdline
+    return "flwr-simulation" in cmdline or "flwr-serverapp" in cmdline
 
 
 def _start(tmp_path: Path, tmp_root: Path) -> tuple[subprocess.Popen, Path, Path]:

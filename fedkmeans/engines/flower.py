@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import tomli_w
 
 LOG = logging.getLogger(__name__)
@@ -154,19 +155,24 @@ def nested_config(flat: Mapping) -> dict:
 
 
 def processes_with_env(name: str, value: str) -> list[int]:
-    """PIDs of processes whose environment has ``name=value`` (Linux /proc)."""
-    needle = f"{name}={value}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            pids.append(int(entry.name))
-    return pids
+    """PIDs of processes whose environment has ``name=value``, this process excluded.
+
+    Parameters
+    ----------
+    name, value : str
+        The variable and its exact value.
+
+    Returns
+    -------
+    list of int
+        Processes that psutil may read the environment of (this user's, or any as
+        root); processes that end while being read are left out.
+    """
+    own = os.getpid()
+    return [
+        proc.pid for proc in psutil.process_iter(["environ"])
+        if proc.pid != own and (proc.info["environ"] or {}).get(name) == value
+    ]
 
 
 def stop_processes(pids: list[int], grace: float = 5.0) -> None:
@@ -203,12 +209,11 @@ def stop_all(find: Callable[[], list[int]], timeout: float = 30.0) -> list[int]:
 
 
 def process_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (Linux ``/proc``)."""
-    try:  # the command name in parentheses may contain spaces: split after it
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # gone (NoSuchProcess) or unreadable
         return False
-    return state != "Z"
 
 
 def run_flower(
