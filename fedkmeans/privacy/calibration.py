@@ -97,15 +97,17 @@ def _releases(
     return out
 
 
-def _composed_epsilon(releases: list[Release], delta: float, discretization: float) -> float:
+def _composed_epsilon(releases: list[Release], delta: float, discretization: float,
+                      prior: Sequence[Release] = ()) -> float:
     acc = PrivacyAccountant()
-    for r in releases:
+    for r in (*prior, *releases):
         acc.record(r)
     return acc.get_epsilon(delta, discretization=discretization)
 
 
 def calibrate(
-    planned: Sequence[PlannedRelease], *, epsilon: float, delta: float, verify: bool = True
+    planned: Sequence[PlannedRelease], *, epsilon: float, delta: float, verify: bool = True,
+    prior: Sequence[Release] = (),
 ) -> list[Release]:
     """Noise scales for ``planned`` so that the whole plan is ``(epsilon, delta)``-DP.
 
@@ -126,6 +128,9 @@ def calibrate(
         False stops after the coarse search (PLD discretization 1e-3), without the
         check against the fine PLD: noise scales within about 1 % of the verified
         ones, for :mod:`fedkmeans.tuning`'s simulations only; never for a release.
+    prior : sequence of Release
+        Releases already made (the estimate round), composed with the plan: the
+        whole run, ``prior`` and ``planned`` together, meets ``(epsilon, delta)``.
 
     Returns
     -------
@@ -150,13 +155,15 @@ def calibrate(
         return [p.to_release(0.0) for p in planned]
     # Validates groups (e.g. Laplace in a sampled multi-release group) up front.
     check = PrivacyAccountant()
+    for r in prior:
+        check.record(r)
     for p in planned:
         check.record(p.to_release(1.0))
 
     def eps_at(log_c: float, disc: float) -> float:
         try:
             rel = _releases(planned, epsilon, delta, math.exp(log_c))
-            value = _composed_epsilon(rel, delta, disc)
+            value = _composed_epsilon(rel, delta, disc, prior)
         except (FloatingPointError, OverflowError, ValueError):
             return math.inf  # numerically out of reach: treat as "too little noise"
         return value if math.isfinite(value) else math.inf
