@@ -5,13 +5,25 @@ Command line::
     python -m fedkmeans.audit --mechanism lloyds --epsilon 4 --trials 20000
     python -m fedkmeans.audit --mechanism all --epsilon 1 --budget run
     python -m fedkmeans.audit --mechanism covariance --epsilon 1 --under-noise
-    python -m fedkmeans.audit --path release --mechanism all --level both --trials 20000
+    python -m fedkmeans.audit --path release --level both --trials 20000
+    python -m fedkmeans.audit --path release --trials 0 --aggregation secagg
     python -m fedkmeans.audit --path release --mechanism histogram --legacy-sensitivity
 
-``--path release`` audits through the server's real release path with worst-case
-neighbours (:mod:`fedkmeans.attacks.release_audit`); the default ``--path canary`` is
-the canary game (:mod:`fedkmeans.attacks.canary`, audited by
-:mod:`fedkmeans.attacks.canary_audit`).
+``--path release`` audits every release of the plan (from the stage registry) with
+worst-case neighbours driven through the real client path, in two checks:
+
+1. deterministic (:mod:`fedkmeans.attacks.sensitivity_audit`): the measured change of
+   each released sum between neighbours against the sensitivity the ledger recorded;
+   a change above it, or a planned release the audit did not measure ("left out of
+   the audit"), fails the row;
+2. statistical (:mod:`fedkmeans.attacks.release_audit`, skipped with ``--trials 0``):
+   eps_LB of each release alone; above the accountant's epsilon fails the row. The
+   ``--confidence`` is shared over the rows (Bonferroni), so a correct ledger fails
+   it with probability at most ``1 - confidence`` per command.
+
+The command exits with status 1 and names every failed row on stderr when a row
+fails, 0 otherwise. The default ``--path canary`` is the canary game
+(:mod:`fedkmeans.attacks.canary`, audited by :mod:`fedkmeans.attacks.canary_audit`).
 
 Each audit prints, next to the accountant's epsilon, the lower bound
 ``eps_LB = max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))`` from
@@ -26,7 +38,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from fedkmeans.attacks.bounds import (
@@ -36,11 +48,12 @@ from fedkmeans.attacks.bounds import (
 from fedkmeans.attacks.canary import BUDGETS, MECHANISMS, TESTS, CanaryGame, canary_game
 from fedkmeans.attacks.canary_audit import AuditResult, audit
 from fedkmeans.attacks.ledger_check import recompute_epsilon
-from fedkmeans.attacks.release_audit import (
-    AUDITED,
+from fedkmeans.attacks.release_audit import ReleaseAuditResult, audit_release, legacy_plan
+from fedkmeans.attacks.sensitivity_audit import (
     LEVELS,
-    ReleaseAuditResult,
-    audit_release,
+    AuditSetup,
+    SensitivityRow,
+    sensitivity_audit,
 )
 from fedkmeans.privacy import registry
 
@@ -55,6 +68,9 @@ __all__ = [
     "main",
 ]
 
+#: Exit status of a failed audit (a row named on stderr).
+FAILED = 1
+
 
 # -- command line ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
@@ -63,8 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Canary-game privacy audit: empirical lower bound eps_LB next to the "
         "accountant's epsilon for the same mechanism.",
     )
-    p.add_argument("--mechanism", "--stage", default="lloyds", choices=(*MECHANISMS, "all"),
-                   help="release to audit; lloyds = one FedDP-Lloyds step (sums + counts)")
+    p.add_argument("--mechanism", "--stage", default=None,
+                   help=f"canary: one of {(*MECHANISMS, 'all')} (default lloyds = one "
+                   "FedDP-Lloyds step, sums + counts); release: a statistic name or all "
+                   "(default: every planned release)")
     p.add_argument("--epsilon", type=float, default=1.0, help="target epsilon in (0, 100]")
     p.add_argument("--delta", type=float, default=1e-6, help="delta in (0, 1)")
     p.add_argument("--trials", type=int, default=2000,
@@ -76,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="standalone: the mechanism alone meets epsilon; run: its share of a "
                    "FedDP-KMeans run (paper split, one Lloyd step) with total epsilon")
     p.add_argument("--data-radius", type=float, default=11.0, help="clipping bound Delta")
-    p.add_argument("--dim", type=int, default=20, help="dimension of the statistics")
+    p.add_argument("--dim", type=int, default=None,
+                   help="dimension of the statistics (canary 20, release 4)")
     p.add_argument("--k", type=int, default=10, help="number of clusters")
     p.add_argument("--count-noise", choices=tuple(registry.MECHANISMS),
                    default=registry.LAPLACE.name)
@@ -93,16 +112,26 @@ def _parser() -> argparse.ArgumentParser:
                    "mechanism (--trials then counts evaluation releases per world)")
     p.add_argument("--level", choices=(*LEVELS, "both"), default="both",
                    help="--path release: privacy unit(s) to audit")
-    p.add_argument("--selection", type=int, default=5000,
+    p.add_argument("--selection", type=int, default=1000,
                    help="--path release: releases per world that only choose the threshold")
+    p.add_argument("--count-noises", choices=(*registry.MECHANISMS, "both"), default="both",
+                   help="--path release: privacy.count-noise of the audited plans")
+    p.add_argument("--aggregation", choices=("central", "secagg"), default="central",
+                   help="--path release: secagg drives the SecAgg+ rounds (deterministic "
+                   "check only; Gaussian count noise)")
+    p.add_argument("--sampling-rate", type=float, default=1.0,
+                   help="--path release: privacy.sampling-rate of the statistical check "
+                   "(< 1 needs Gaussian count noise)")
+    p.add_argument("--confidence", type=float, default=0.95,
+                   help="--path release: of the statistical check, shared by its rows")
     p.add_argument("--max-points", type=int, default=1000,
                    help="--path release: max-points-per-client (the data-point target's cap)")
     p.add_argument("--ledger", metavar="RELEASE_JSON", default=None,
                    help="recompute the epsilon of a run's ledger (release.json or "
                    "result.json) independently of the project's accountant, and exit")
     p.add_argument("--legacy-sensitivity", action="store_true",
-                   help="--path release: plant the old defect (calibrate to the per-point "
-                   "change, ignoring the server's radial l1 clip)")
+                   help="--path release: plant the old defect (calibrate l1 releases to the "
+                   "per-point change, ignoring the server's radial l1 clip)")
     return p
 
 
@@ -118,45 +147,95 @@ def _main_ledger(path: str) -> list[dict]:
     return [row]
 
 
-def _main_release(args: argparse.Namespace) -> list[ReleaseAuditResult]:
+def _release_setups(args: argparse.Namespace) -> list[AuditSetup]:
+    """One audited plan per level and count noise (SecAgg: Gaussian counts only)."""
     levels = LEVELS if args.level == "both" else (args.level,)
-    pairs = [(s, m) for s, m in AUDITED if args.mechanism in ("all", s)]
-    if not pairs:
-        raise SystemExit(f"--path release audits {sorted({s for s, _ in AUDITED})} or all, "
-                         f"got --mechanism {args.mechanism}")
-    results = []
-    if not args.json:
-        print(f"{'level':<10} {'statistic':<11} {'mechanism':<9} {'claimed':>9} "
-              f"{'measured':>9} {'accountant eps':>14} {'eps_LB':>7} {'FP/n':>13} "
-              f"{'FN/n':>13} {'s':>6}")
-    for level in levels:
-        for statistic, mechanism in pairs:
-            r = audit_release(
-                level, statistic, mechanism, epsilon=args.epsilon, delta=args.delta,
-                trials=args.trials, selection=args.selection, data_radius=args.data_radius,
-                max_points=args.max_points, legacy_sensitivity=args.legacy_sensitivity,
-            )
+    noises = tuple(registry.MECHANISMS) if args.count_noises == "both" else (
+        args.count_noises,)
+    if args.aggregation == "secagg" or args.sampling_rate < 1:
+        noises = (registry.GAUSSIAN.name,)
+    return [AuditSetup(level=level, dim=args.dim or 4, data_radius=args.data_radius,
+                       max_points=args.max_points, count_noise=noise,
+                       aggregation=args.aggregation, sampling_rate=args.sampling_rate,
+                       epsilon=args.epsilon, delta=args.delta, seed=args.seed)
+            for level in levels for noise in noises]
+
+
+def _print_rows(rows: list[SensitivityRow], as_json: bool) -> None:
+    if as_json:
+        for r in rows:
+            print(json.dumps({"check": "sensitivity", **r.to_dict()}))
+        return
+    print(f"{'level':<10} {'aggregation':<11} {'release':<22} {'mechanism':<9} "
+          f"{'recorded':>10} {'measured':>10} {'measured/recorded':>17} {'probe':<16} status")
+    for r in rows:
+        print(f"{r.level:<10} {r.aggregation:<11} {r.release:<22} {r.mechanism:<9} "
+              f"{r.recorded:>10.5g} {r.measured:>10.5g} {r.tightness:>17.6f} {r.probe:<16} "
+              f"{r.status if not r.failed else 'FAILED: ' + r.reason}")
+
+
+def _main_release(args: argparse.Namespace) -> list[SensitivityRow | ReleaseAuditResult]:
+    """Both checks of every planned release; exit 1 naming the failed rows."""
+    wanted = args.mechanism in (None, "all")
+    rows: dict[tuple, SensitivityRow] = {}
+    setup_of: dict[tuple, AuditSetup] = {}
+    for setup in _release_setups(args):
+        hook = legacy_plan(setup.config().privacy) if args.legacy_sensitivity else None
+        for row in sensitivity_audit(setup, plan_hook=hook):
+            key = (row.level, row.aggregation, row.release, row.mechanism)
+            if (wanted or row.statistic == args.mechanism) and key not in rows:
+                rows[key], setup_of[key] = row, setup
+    if not rows:
+        raise SystemExit(f"--path release: no planned release of statistic "
+                         f"{args.mechanism!r}")
+    _print_rows(list(rows.values()), args.json)
+    results: list[SensitivityRow | ReleaseAuditResult] = list(rows.values())
+    failed = [f"{r.level} {r.aggregation} {r.release} ({r.mechanism}): {r.reason}"
+              for r in rows.values() if r.failed]
+    statistical = [key for key, r in rows.items()
+                   if not r.failed and args.trials > 0 and args.aggregation == "central"]
+    if statistical:
+        confidence = 1.0 - (1.0 - args.confidence) / len(statistical)  # Bonferroni
+        if not args.json:
+            print(f"\n{'level':<10} {'release':<22} {'mechanism':<9} {'accountant eps':>14} "
+                  f"{'eps_LB':>7} {'FP/n':>13} {'FN/n':>13} {'s':>6}  (confidence "
+                  f"{confidence:.5f} per row)")
+        for key in statistical:
+            setup, row = setup_of[key], rows[key]
+            hook = legacy_plan(setup.config().privacy) if args.legacy_sensitivity else None
+            r = audit_release(replace(setup, sampling_rate=args.sampling_rate), row.release,
+                              probe=row.probe, trials=args.trials, selection=args.selection,
+                              confidence=confidence, plan_hook=hook)
             results.append(r)
+            if r.failed:
+                failed.append(f"{r.level} central {r.release} ({r.mechanism}): eps_LB "
+                              f"{r.epsilon_lb:.3f} exceeds the accountant's epsilon "
+                              f"{r.accountant_epsilon:.4f}")
             if args.json:
-                print(json.dumps(r.to_dict()))
+                print(json.dumps({"check": "epsilon", **r.to_dict()}))
                 continue
-            flag = "  <-- eps_LB exceeds the accountant" if (
-                r.epsilon_lb > r.accountant_epsilon) else ""
-            print(f"{level:<10} {statistic:<11} {mechanism:<9} {r.claimed_sensitivity:>9.4g} "
-                  f"{r.measured_change:>9.4g} {r.accountant_epsilon:>14.4f} "
-                  f"{r.epsilon_lb:>7.3f} {r.false_positives:>6}/{r.trials_per_world:<6} "
-                  f"{r.false_negatives:>6}/{r.trials_per_world:<6} {r.seconds:>6.1f}{flag}")
+            print(f"{r.level:<10} {r.release:<22} {r.mechanism:<9} "
+                  f"{r.accountant_epsilon:>14.4f} {r.epsilon_lb:>7.3f} "
+                  f"{r.false_positives:>6}/{r.trials_per_world:<6} "
+                  f"{r.false_negatives:>6}/{r.trials_per_world:<6} {r.seconds:>6.1f}"
+                  f"{'  FAILED: eps_LB exceeds the accountant' if r.failed else ''}")
+    if failed:
+        print("audit FAILED:\n  " + "\n  ".join(failed), file=sys.stderr)
+        raise SystemExit(FAILED)
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> list[AuditResult] | list[ReleaseAuditResult]:
+def main(argv: Sequence[str] | None = None) -> list:
     """Parse ``argv``, run the audits, print eps_LB next to the accountant's epsilon."""
     args = _parser().parse_args(argv)
     if args.ledger is not None:
         return _main_ledger(args.ledger)
     if args.path == "release":
         return _main_release(args)
-    mechanisms = MECHANISMS if args.mechanism == "all" else (args.mechanism,)
+    chosen = args.mechanism or "lloyds"
+    if chosen not in (*MECHANISMS, "all"):
+        raise SystemExit(f"--mechanism must be one of {(*MECHANISMS, 'all')}, got {chosen!r}")
+    mechanisms = MECHANISMS if chosen == "all" else (chosen,)
     results = []
     if not args.json:
         print(f"{'mechanism':<11} {'budget':<10} {'accountant eps':>14} {'eps_LB':>7} "
@@ -165,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> list[AuditResult] | list[ReleaseA
         result = audit(
             mechanism, epsilon=args.epsilon, delta=args.delta, trials=args.trials,
             select_fraction=args.select_fraction, seed=args.seed, budget=args.budget,
-            data_radius=args.data_radius, dim=args.dim, k=args.k,
+            data_radius=args.data_radius, dim=args.dim or 20, k=args.k,
             count_noise=args.count_noise, under_noise=args.under_noise, test=args.test,
         )
         results.append(result)

@@ -1,0 +1,151 @@
+"""The release audit fails when it should: three planted bugs, and clean code passes.
+
+Hand-computed values (Delta = 11, B = 16 points at the cap, tau = Delta^2 / 2):
+
+* data-point level: step 1 moves by ``Delta^2 = 121``; sums by ``Delta = 11``; the
+  histogram and counts of a client at the cap by ``2 B / (B + 1) = 32 / 17`` in l1
+  (server's radial l1 clip); the check's cost difference by ``tau = 60.5``;
+* client level: every statistic by its client bound (6050, 50, 550, 50, and
+  ``tau * clip-counts = 3025`` for the check);
+* the client-side clip turned off (B = 1000): one point of raw norm ``100 Delta =
+  1100`` moves the sums by 1100 (below the server's clip ``B Delta``), the issue's
+  example.
+"""
+
+import functools
+import logging
+import math
+
+import pytest
+
+from fedkmeans import audit as audit_cli
+from fedkmeans import node as node_module
+from fedkmeans.attacks import sensitivity_audit as sa
+from fedkmeans.attacks.sensitivity_audit import AuditSetup, sensitivity_audit
+from fedkmeans.stages import spec
+
+FAST = ["--path", "release", "--max-points", "16", "--trials", "0", "--dim", "3"]
+EXPECTED = {
+    "datapoint": {"init-1/covariance": 121.0, "init-2/histogram": 32 / 17,
+                  "init-3/sums": 11.0, "init-3/counts": 32 / 17, "lloyds-1/sums": 11.0,
+                  "lloyds-1/counts": 32 / 17, "check/cost_difference": 60.5},
+    "client": {"init-1/covariance": 6050.0, "init-2/histogram": 50.0, "init-3/sums": 550.0,
+               "init-3/counts": 50.0, "lloyds-1/sums": 550.0, "lloyds-1/counts": 50.0,
+               "check/cost_difference": 3025.0},
+}
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    logging.disable(logging.WARNING)  # the nodes log every clipped point
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def _failed(capsys) -> str:
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_clean_code_passes_with_hand_computed_changes(level):
+    setup = AuditSetup(level=level, dim=3, max_points=16)
+    rows = sensitivity_audit(setup)
+    # one row per planned release (a stage registered later adds its own rows)
+    assert [r.release for r in rows] == [p.stage for p in sa.planned_releases(setup.config())]
+    measured = {r.release: r.measured for r in rows if r.release in EXPECTED[level]}
+    assert measured == pytest.approx(EXPECTED[level], rel=1e-9)
+    assert [r.status for r in rows] == ["ok"] * len(rows)
+    # the recorded sensitivities: the bounds the measured changes come within B / (B + 1)
+    recorded = {r.release: r.recorded for r in rows}
+    if level == "datapoint":
+        assert recorded["init-2/histogram"] == recorded["init-3/counts"] == 2.0
+    assert all(r.tightness >= 16 / 17 - 1e-12 for r in rows)
+
+
+def test_every_planned_release_has_a_row_derived_from_the_registry():
+    config = AuditSetup().config()
+    plan = sa.planned_releases(config)
+    assert set(EXPECTED["datapoint"]) <= {p.stage for p in plan}
+    for known in spec.stages():
+        for rule in known.releases:
+            assert any(p.stage.endswith("/" + rule.statistic.name) for p in plan)
+
+
+def test_command_on_clean_code_returns(capsys):
+    results = audit_cli.main([*FAST, "--level", "both"])
+    planned = len(sa.planned_releases(AuditSetup().config()))
+    assert len(results) == 2 * planned + 4  # both count noises: the counts rows twice
+    assert not any(r.failed for r in results)
+    assert "FAILED" not in capsys.readouterr().out
+
+
+def test_planted_half_sensitivity_fails_the_command(monkeypatch, capsys):
+    """(a) The ledger records half the sums' true l2 sensitivity (the plan only: the
+    clients and the server's clip are unchanged)."""
+    real = spec.statistic_bounds
+
+    def halved(privacy):
+        bounds = dict(real(privacy))
+        sums = bounds["sums"]
+        bounds["sums"] = type(sums)(sums.norm, sums.client_bound, sums.server_bound,
+                                    sums.l1_sensitivity, sums.l2_sensitivity / 2)
+        return bounds
+
+    monkeypatch.setattr(spec, "statistic_bounds", halved)
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "datapoint", "--count-noises", "laplace"])
+    assert exit_info.value.code == audit_cli.FAILED
+    err = _failed(capsys)
+    assert "init-3/sums" in err and "lloyds-1/sums" in err and "histogram" not in err
+    assert "measured change 11 exceeds the recorded sensitivity 5.5" in err
+
+
+def test_planted_client_clip_off_fails_the_command(monkeypatch, capsys):
+    """(b) NodeData.load no longer clips the points to the data radius."""
+    monkeypatch.setattr(node_module, "clip_rows_l2", lambda x, radius: x)
+    rows = sensitivity_audit(AuditSetup(level="datapoint", dim=3, max_points=1000))
+    failed = {r.release: r.measured for r in rows if r.failed}
+    assert set(failed) == {"init-1/covariance", "init-3/sums", "lloyds-1/sums"}
+    # the issue's example: one point of norm 100 Delta moves the sums by 1,100 (the
+    # server's clip, B Delta = 11,000, does not reach it), against a ledger of 11
+    assert failed["init-3/sums"] == failed["lloyds-1/sums"] == pytest.approx(1100.0)
+    # step 1: (100 Delta)^2 = 1.21e6 before the server's clip to B Delta^2 = 121,000
+    assert failed["init-1/covariance"] > 100 * 121.0
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "datapoint", "--count-noises", "laplace"])
+    assert exit_info.value.code == audit_cli.FAILED
+    assert "init-1/covariance" in _failed(capsys)
+
+
+def test_planted_release_left_out_fails_the_command(monkeypatch, capsys):
+    """(c) The audit drives every planned release but the final check."""
+    skip_check = functools.partial(
+        sensitivity_audit, audited=lambda plan: [p for p in plan if p.group != "check"])
+    monkeypatch.setattr(audit_cli, "sensitivity_audit", skip_check)
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "client", "--count-noises", "gaussian"])
+    assert exit_info.value.code == audit_cli.FAILED
+    err = _failed(capsys)
+    assert "check/cost_difference" in err and "left out of the audit" in err
+    rows = skip_check(AuditSetup(level="client", dim=3, max_points=16))
+    [row] = [r for r in rows if r.failed]
+    assert (row.release, row.status, math.isnan(row.measured)) == (
+        "check/cost_difference", "left out", True)
+
+
+def test_planted_client_clip_off_also_raises_eps_lb():
+    """The statistical check on the same planted bug: far above the claim."""
+    from fedkmeans.attacks.release_audit import audit_release
+
+    setup = AuditSetup(level="datapoint", dim=3, max_points=16)
+    clean = audit_release(setup, "lloyds-1/sums", trials=300, selection=200)
+    assert not clean.failed and clean.measured_change == pytest.approx(11.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(node_module, "clip_rows_l2", lambda x, radius: x)
+        planted = audit_release(setup, "lloyds-1/sums", trials=300, selection=200)
+    # B = 16: the server's clip (B Delta = 176) stops the point; a client at the cap
+    # (16 points at Delta e_1) gaining it moves by |(1100 s, 176 s - 176)|, s = 176 /
+    # sqrt(1100^2 + 176^2)
+    s = 176 / math.hypot(1100, 176)
+    assert planted.measured_change == pytest.approx(math.hypot(1100 * s, 176 * s - 176))
+    assert planted.failed and planted.epsilon_lb > 3.0, planted
