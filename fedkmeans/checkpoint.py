@@ -58,6 +58,9 @@ LOG = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 #: Version of ``state.json``; 2 = bound to the data, with a record of every round file.
 STATE_FORMAT = 2
+#: Rounds that run before the plan exists (their outputs feed it): a checkpoint holding
+#: only these and no plan is resumed by resolving the plan again from them.
+PLAN_FREE_ROUNDS = ("estimate",)
 _UNKNOWN = "its ledger cannot be read, so the budget it already spent is unknown"
 
 
@@ -106,6 +109,10 @@ class Checkpoint:
         The run's delta (to state the spent epsilon when the checkpoint is refused).
     round_files : dict of str to dict
         Per round: ``sha256``, ``bytes`` and ``keys`` of its ``.npz`` file as written.
+    plan : dict or None
+        The plan the run resolved before its protocol rounds (:meth:`save_plan`): the
+        resolved flat configuration, the tuning record and the calibrated releases. A
+        resume reuses it, so every round is calibrated for the same plan.
     """
 
     directory: Path
@@ -116,6 +123,7 @@ class Checkpoint:
     data: dict[str, Any] = field(default_factory=dict)
     delta: float | None = None
     round_files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plan: dict[str, Any] | None = None
 
     @classmethod
     def open(cls, directory: Path, config: ExperimentConfig) -> Checkpoint:
@@ -179,6 +187,15 @@ class Checkpoint:
                 f"{data_changes(state, fingerprint)}; resuming would mix releases about two "
                 f"data sets; {spent} on the old data; {_next_step(directory, data=True)}"
             )
+        plan = state.get("plan")
+        unplanned = [name for name in state["rounds"] if name not in PLAN_FREE_ROUNDS]
+        if plan is None and unplanned:
+            raise CheckpointMismatchError(
+                f"checkpoint {directory} holds rounds {', '.join(unplanned)} but not the plan "
+                "they were calibrated for (written before plans were stored), so this run "
+                f"cannot resume them without risking the target epsilon; {spent}; "
+                f"{_next_step(directory)}"
+            )
         rounds = {
             name: _load_round(directory, name, state["round_files"][name], spent)
             for name in state["rounds"]
@@ -187,7 +204,7 @@ class Checkpoint:
             LOG.info("resuming from checkpoint: rounds %s already done", ", ".join(rounds))
         return cls(
             directory, digest, rounds, state["ledger"], state["non_private"],
-            data=fingerprint, delta=delta, round_files=dict(state["round_files"]),
+            data=fingerprint, delta=delta, round_files=dict(state["round_files"]), plan=plan,
         )
 
     @staticmethod
@@ -241,6 +258,15 @@ class Checkpoint:
             "keys": sorted(outputs),
         }
         os.replace(tmp, array_path)
+        self._write_state()
+
+    def save_plan(self, plan: dict[str, Any]) -> None:
+        """Record the run's resolved plan (JSON-serialisable) before its protocol rounds."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.plan = plan
+        self._write_state()
+
+    def _write_state(self) -> None:
         state = {
             "format": STATE_FORMAT,
             "digest": self.digest,
@@ -252,6 +278,7 @@ class Checkpoint:
             "round_files": self.round_files,
             "ledger": self.ledger,
             "non_private": self.non_private,
+            "plan": self.plan,
         }
         tmp_state = self.directory / (STATE_FILE + ".tmp")
         tmp_state.write_text(json.dumps(state))

@@ -33,6 +33,7 @@ from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
     clip_upper_triangles,
+    triangle_weights,
 )
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
@@ -103,8 +104,9 @@ class NodeData:
                     clipped_clients.add(cid)
             points[cid], labels[cid] = x, y
         if clipped:
-            # the node's own log (the operator's); this count never goes to the server
-            LOG.warning(
+            # the node's own debug log (the operator's); this count never goes to the
+            # server, whose one summary line per run comes from the estimate round
+            LOG.debug(
                 "node %d: %d of %d points (%.1f%%) lie outside privacy.data-radius = %g and "
                 "were clipped onto it%s", partition_id, clipped, total, 100 * clipped / total,
                 radius, " -- every point: is data-radius far too small for this data?"
@@ -240,6 +242,26 @@ class NodeData:
         rows = cost_differences(x, owner, len(clients), centers, alternative,
                                 check_clip_of(self.config.privacy))
         return {"cost_difference": self._clip_rows("cost_difference", rows)}
+
+    def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
+        """The estimate round: each client's row of public-bin histograms, (m, width).
+
+        :func:`~fedkmeans.stages.estimate.client_rows` of the clients' sizes, point
+        norms and (client level) ``||X^T X||_F`` of their points as loaded; at client
+        level each row is then clipped to the stage's bound (a no-op for honest rows).
+        """
+        from fedkmeans.stages.estimate import client_rows
+
+        x, owner = self._pooled(clients)
+        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        moments = None
+        level = self.config.privacy.level
+        if level == "client":
+            weights = triangle_weights(self.dim)
+            triangles = self.raw_covariance_triangles(clients)
+            moments = np.sqrt(np.maximum(triangles**2 @ weights, 0.0))
+        rows = client_rows(sizes, moments, np.linalg.norm(x, axis=1), owner, level=level)
+        return {"estimates": self._clip_rows("estimates", rows)}
 
     def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
         """Client level: scale each client's sums and counts by one factor.

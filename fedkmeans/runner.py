@@ -16,16 +16,20 @@ from flwr.serverapp import Grid
 
 from fedkmeans import data as data_access
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
-from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
+from fedkmeans.config import ExperimentConfig, parse_config
 from fedkmeans.config_schema import check_server_points
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
+from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
 from fedkmeans.stages import protocol, release_plan
+from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
 from fedkmeans.strategies import ServerContext, build_strategy
 from fedkmeans.strategies.pool import ClientPool
-from fedkmeans.tuning.resolve import client_settings, resolve_auto
+from fedkmeans.tuning.estimates import PrivateEstimates
+from fedkmeans.tuning.resolve import RUNTIME_AUTO, client_settings, resolve_auto
+from fedkmeans.tuning.thresholds import noise_std
 
 LOG = logging.getLogger(__name__)
 
@@ -90,35 +94,27 @@ def _run_claimed(
     check_server_points(config, server_x.shape[0])
     _, k_needed = config.largest_k
 
-    # `auto` settings: from the server's data and public facts, before any private round
-    t0 = time.perf_counter()
-    config, tuning = resolve_auto(config, server_x, int(pool.client_ids.size))
-    timings["tuning"] = time.perf_counter() - t0
-    pool.settings = client_settings(config)
-    subspace = k_needed < pool.dim  # k >= d: FedDP-Init step 1 has nothing to find
-    plan = release_plan(config.algorithm, config.privacy, subspace=subspace)
-    t0 = time.perf_counter()
-    epsilon = config.privacy.epsilon if config.is_private else math.inf
-    releases = calibrate(plan, epsilon=epsilon, delta=config.privacy.delta) if plan else []
-    timings["calibration"] = time.perf_counter() - t0
-
-    for observer in observers:  # e.g. the curious server: sees the resolved settings
-        if hasattr(observer, "on_start"):
-            observer.on_start(config)
+    ctx = ServerContext(
+        checkpoint=checkpoint, config=config, pool=pool, server_x=server_x, releases={},
+        observers=observers,
+    )
     if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
         from fedkmeans.strategies.secagg import SecAggAggregator
 
-        pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})
-
-    ctx = ServerContext(
-        checkpoint=checkpoint,
-        config=config,
-        pool=pool,
-        server_x=server_x,
-        releases={r.stage: r for r in releases},
-        observers=observers,
-        expected_rounds=_expected_rounds(config, subspace=subspace),
-    )
+        pool.secagg = SecAggAggregator(config, ctx.releases)
+    t0 = time.perf_counter()
+    config, tuning, releases = _plan(ctx, checkpoint, subspace=k_needed < pool.dim)
+    timings["tuning"] = time.perf_counter() - t0
+    ctx.config = config
+    ctx.releases.update({r.stage: r for r in releases})
+    ctx.expected_rounds = len(checkpoint.rounds.keys() & set(PLAN_FREE_ROUNDS)) + \
+        _expected_rounds(config, subspace=k_needed < pool.dim)
+    pool.settings = client_settings(config)
+    if pool.secagg is not None:
+        pool.secagg.config = config
+    for observer in observers:  # e.g. the curious server: sees the resolved settings
+        if hasattr(observer, "on_start"):
+            observer.on_start(config)
     randomness = ctx.private_randomness
     if config.is_private and not randomness.is_secure:
         LOG.warning("%s", randomness.notice)
@@ -140,6 +136,7 @@ def _run_claimed(
         spent = math.inf
     result = {
         "algorithm": declared.algorithm,
+        "centers_from": _centers_from(config, ctx),
         "seed": config.seed,
         "k": chosen.k,
         "centers": centers.tolist(),
@@ -152,8 +149,7 @@ def _run_claimed(
             "releases": [r.to_dict() for r in ctx.accountant.releases],
             "non_private_releases": ctx.non_private,
             "aggregation": config.privacy.aggregation,
-            "accountant": "dp-accounting PLD, add/remove one "
-            + ("data point" if config.privacy.level == "datapoint" else "client"),
+            "accountant": "dp-accounting PLD, " + _neighbouring(config),
             "noise": _noise_source(ctx),
             "guarantee": _guarantee(config, spent, ctx),
         },
@@ -178,6 +174,8 @@ def _run_claimed(
         result["tuning"] = tuning
     if ctx.check is not None:
         result["check"] = ctx.check
+    if ctx.estimates is not None:
+        _clipping_summary(config, ctx.estimates)
     if ctx.spare_centers is not None:
         result["spare_centers"] = ctx.spare_centers
     if config.k_auto:
@@ -190,10 +188,10 @@ def _run_claimed(
         }
     if pool.secagg is not None:
         result["privacy"]["secagg"] = {
-            "noise": "distributed: each asked client adds N(0, sigma^2 / min_clients); "
-            "releases record sigma_effective = sigma * sqrt(clients_aggregated / min_clients)",
-            "neighbouring": "add/remove one data point" if config.privacy.level == "datapoint"
-            else "zero-out one client (its participation is visible to the server)",
+            "noise": "distributed: each asked client adds N(0, sigma^2 / min_clients); the "
+            "ledger records sigma, the noise guaranteed with at least min_clients "
+            "survivors (sigma_effective, with the survivors' shares, is a diagnostic)",
+            "neighbouring": _neighbouring(config),
             "rounds": pool.secagg.rounds,
         }
     for observer in observers:  # observers that report add their own section
@@ -234,14 +232,103 @@ def _guarantee(config: ExperimentConfig, spent: float, ctx: ServerContext) -> st
     """One sentence: what release.json is protected by, and against whom."""
     if math.isinf(spent):
         return "none: the run released client statistics without noise"
-    unit = "data point" if config.privacy.level == "datapoint" else "client"
     sentence = (
-        f"({spent:.4g}, {config.privacy.delta:g})-DP for adding or removing one {unit}, "
-        "for everything in release.json"
+        f"({spent:.4g}, {config.privacy.delta:g})-DP for neighbours that differ by "
+        f"{_neighbouring(config)}, for everything in release.json"
     )
     if not ctx.private_randomness.is_secure:
         sentence += ", only against someone who does not know the seed"
     return sentence
+
+
+def _neighbouring(config: ExperimentConfig) -> str:
+    """The neighbouring relation the accounting holds for (docs/secagg.md)."""
+    if config.privacy.level == "datapoint":
+        return "add/remove one data point"
+    if config.privacy.aggregation == "secagg":
+        return "zero-out one client (its participation is visible to the server)"
+    return "add/remove one client"
+
+
+def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
+          ) -> tuple[ExperimentConfig, dict | None, list[Release]]:
+    """The resolved config, the tuning record and the calibrated releases of the run.
+
+    On a resume, the plan stored with the checkpoint (never resolved again: the rounds
+    restored from it were calibrated for it). Otherwise the estimate round when a
+    setting it estimates is ``auto`` (its noise fixed first, :func:`estimate_release`),
+    then :func:`~fedkmeans.tuning.resolve.resolve_auto`, then the calibration of the
+    remaining releases composed with the estimate round's, stored before any of them.
+    """
+    config = ctx.config
+    stored = checkpoint.plan
+    if stored is not None:
+        prior = [Release(**r) for r in stored["prior"]]
+        ctx.releases.update({r.stage: r for r in prior})
+        if ESTIMATE.group in checkpoint.rounds:
+            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), prior[0])
+        return (parse_config(stored["config"]), stored["tuning"],
+                [Release(**r) for r in stored["releases"]])
+    prior = []
+    if needs_estimates(config):
+        release = estimate_release(config.privacy)
+        ctx.releases[release.stage] = release
+        ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
+        prior = [release]
+    resolved, tuning = resolve_auto(config, ctx.server_x, ctx.estimates)
+    plan = release_plan(resolved.algorithm, resolved.privacy, subspace=subspace)
+    epsilon = resolved.privacy.epsilon if resolved.is_private else math.inf
+    releases = calibrate(plan, epsilon=epsilon, delta=resolved.privacy.delta,
+                         prior=prior) if plan else []
+    checkpoint.save_plan({
+        "config": resolved.to_flat(), "tuning": tuning,
+        "prior": [r.to_dict() for r in prior], "releases": [r.to_dict() for r in releases]})
+    return resolved, tuning, releases
+
+
+def needs_estimates(config: ExperimentConfig) -> bool:
+    """Whether the run has an estimate round: private, and a setting it feeds is ``auto``."""
+    fed = set(config.privacy.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
+    return config.is_private and bool(fed)
+
+
+def estimate_release(privacy) -> Release:
+    """The estimate round's release, its noise fixed before the rest of the plan exists.
+
+    Sensitivity from the stage's statistic (:mod:`fedkmeans.stages.estimate`), noise
+    multiplier :func:`~fedkmeans.stages.estimate.estimate_noise_multiplier` of the run's
+    target and ``privacy.estimate-share``.
+    """
+    planned = ESTIMATE.plan(privacy, ESTIMATE.group)[0]
+    z = estimate_noise_multiplier(privacy.epsilon, privacy.delta, privacy.estimate_share)
+    return planned.to_release(z * planned.sensitivity)
+
+
+def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:
+    privacy = ctx.config.privacy
+    return PrivateEstimates.read(
+        noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients,
+        registered=int(ctx.pool.client_ids.size))
+
+
+def _centers_from(config: ExperimentConfig, ctx: ServerContext) -> str:
+    """The algorithm whose centers the run returns (the final choice may pick Q's)."""
+    if ctx.check is not None and ctx.check["chosen"] == "server-only":
+        return "server-lloyds (k-means on the server's data, chosen by the final private choice)"
+    return config.algorithm
+
+
+def _clipping_summary(config: ExperimentConfig, estimates: PrivateEstimates) -> None:
+    """One line per run: the estimated share of points beyond the data radius."""
+    radius = float(config.privacy.data_radius)
+    outside = estimates.outside_fraction(radius)
+    if outside is None or outside <= 0.0:
+        return
+    LOG.info(
+        "clipping: about %.1f%% of the points (private estimate) lie outside "
+        "privacy.data-radius = %.4g and are clipped onto it%s", 100 * outside, radius,
+        "; set privacy.data-radius=auto (the default with tuning=auto) to estimate it"
+        if "data_radius" not in config.privacy.auto_keys and outside > 0.05 else "")
 
 
 def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:

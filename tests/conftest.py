@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+
 import pytest
 
 SMALL = {
@@ -73,3 +75,23 @@ def counting_app(failing_stage=None):
         return client_app(msg, context)
 
     return app, calls
+
+
+@pytest.fixture
+def noiseless_estimates():
+    """``make(level)``: the estimate round's release without noise (12 clients of 40
+    points in 8-d), read as :class:`~fedkmeans.tuning.estimates.PrivateEstimates`."""
+    from fedkmeans.stages.estimate import client_rows
+    from fedkmeans.tuning.estimates import PrivateEstimates
+
+    def make(level: str, clients: int = 12, size: int = 40) -> PrivateEstimates:
+        x = np.random.default_rng(3).normal(size=(clients * size, 8))
+        owner = np.repeat(np.arange(clients), size)
+        moments = np.array([np.linalg.norm(x[owner == j].T @ x[owner == j])
+                            for j in range(clients)])
+        rows = client_rows(np.full(clients, size), moments, np.linalg.norm(x, axis=1), owner,
+                           level=level)
+        return PrivateEstimates.read(rows.sum(axis=0), 0.0, level, declared=0,
+                                     registered=clients)
+
+    return make

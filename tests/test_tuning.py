@@ -1,6 +1,7 @@
 """`auto` settings: public-only tuning, noise-relative thresholds, server fallbacks."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,6 @@ from fedkmeans.privacy.accountant import Release
 from fedkmeans.tuning.resolve import (
     CLIENT_SPLITS,
     CLIP_QUANTILES,
-    FINAL_WINS,
     RUNTIME_AUTO,
     balanced_sums_ratio,
     client_bound_quantiles,
@@ -158,9 +158,11 @@ def test_a_candidate_replaces_the_default_only_if_cheaper_in_every_paired_run():
     assert paired_search([0, 1], {0: [1.0, 1.0], 1: [1.0, 0.5]}.get)[0] == 0
 
 
-def test_the_record_says_which_candidates_the_line_search_skipped(small_config):
+def test_the_record_says_which_candidates_the_line_search_skipped(small_config,
+                                                                   noiseless_estimates):
     config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
-    _, record = resolve_auto(config, np.random.default_rng(0).normal(size=(50, 8)), 12)
+    _, record = resolve_auto(config, np.random.default_rng(0).normal(size=(50, 8)),
+                             noiseless_estimates("client"))
     tried = {(c["stage"], c[c["stage"]]) for c in record["candidates"]
              if c["stage"] in ("clip_quantile", "lloyds_steps") and c["stage"] in c}
     notes = [c for c in record["candidates"] if "not_simulated" in c]
@@ -178,7 +180,8 @@ def test_the_record_says_which_candidates_the_line_search_skipped(small_config):
         "the default split" if chosen == list(CLIENT_SPLITS[0]) else "split ")
 
 
-def test_the_choice_reads_no_client_data(small_config, monkeypatch):
+def test_the_choice_reads_nothing_of_the_clients_but_the_estimates(
+        small_config, monkeypatch, noiseless_estimates):
     from fedkmeans import data as data_access
     from fedkmeans import node
 
@@ -189,28 +192,20 @@ def test_the_choice_reads_no_client_data(small_config, monkeypatch):
     monkeypatch.setattr(node.NodeData, "load", forbidden)
     config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
     server_x = np.random.default_rng(0).normal(size=(50, 8))
-    first, record = resolve_auto(config, server_x, 12)
-    again, _ = resolve_auto(config, server_x, 12)
-    assert first == again and record["epsilon_spent"] == 0.0
+    estimates = noiseless_estimates("client")
+    first, record = resolve_auto(config, server_x, estimates)
+    again, _ = resolve_auto(config, server_x, estimates)
+    assert first == again
     assert not set(first.privacy.auto_keys) - set(RUNTIME_AUTO)
-
-
-def test_the_choice_is_the_same_whatever_the_clients_hold(tmp_path):
-    server_x = np.random.default_rng(9).normal(scale=3, size=(60, 6))
-    results = []
-    for seed in (1, 2):
-        path = _npz(tmp_path / f"d{seed}.npz", seed, server_x)
-        results.append(run_flat({
-            **AUTO_ALL, "data.name": "npz", "data.path": path, "k": 4, "privacy.level": "client",
-            "privacy.max-points-per-client": 20, "privacy.epsilon": 2.0, "federation.num-nodes": 2,
-            "output-dir": str(tmp_path / f"out{seed}")}))
-    first, second = (r["tuning"] for r in results)
-    assert first["chosen"] == second["chosen"] and first["candidates"] == second["candidates"]
-    # the federations did differ (their evaluation on the clients' points does)
-    assert results[0]["metrics"]["cost"] != results[1]["metrics"]["cost"]
-    # the record is public: it is published with the centers, and spent nothing
-    release = (tmp_path / "out1" / "release.json").read_text()
-    assert '"tuning"' in release and first["epsilon_spent"] == 0.0
+    # the bounds are the estimates' quantiles: 40-point clients, size bin [32, 45.25)
+    assert record["estimates"]["num_clients"] == 12.0
+    assert first.privacy.clip_counts == pytest.approx(2 ** 5.5)
+    # a declared public fact replaces the estimate (small_config declares 40)
+    assert first.privacy.max_points_per_client == 40 == config.privacy.max_points_per_client
+    estimated, _ = resolve_auto(
+        replace(config, privacy=replace(config.privacy, max_points_per_client="auto")),
+        server_x, estimates)
+    assert estimated.privacy.max_points_per_client == int(2 ** 5.5)
 
 
 def test_infinite_epsilon_with_auto_is_the_non_private_algorithm(small_config):
@@ -220,14 +215,18 @@ def test_infinite_epsilon_with_auto_is_the_non_private_algorithm(small_config):
     np.testing.assert_array_equal(np.array(plain["centers"]), np.array(auto["centers"]))
 
 
-def test_the_server_only_answer_spends_nothing(small_config):
-    # 12 clients at client level and epsilon 0.05: noise drowns every private statistic
+def test_a_hopeless_federation_gets_the_server_only_answer(small_config):
+    # 12 clients at client level and epsilon 0.05: noise drowns every private statistic,
+    # and the final private choice returns k-means on the server's data
     result = run_flat({**small_config, **AUTO_ALL, "privacy.level": "client",
                        "privacy.epsilon": 0.05, "privacy.reproducible-noise": True})
+    server = run_flat({**small_config, "algorithm": "server-lloyds",
+                       "output-dir": small_config["output-dir"] + "-server"})
     assert result["algorithm"] == "feddp-kmeans"
-    assert result["tuning"]["chosen"]["algorithm"] == "server-lloyds"
-    assert result["tuning"]["final_comparison"]["wins"] < FINAL_WINS
-    assert result["privacy"]["releases"] == [] and result["privacy"]["epsilon"] == 0.0
+    assert result["centers_from"].startswith("server-lloyds")
+    assert result["check"]["chosen"] == "server-only"
+    np.testing.assert_array_equal(result["centers"], server["centers"])
+    assert 0 < result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
 
 
 # -- label-skewed federations -----------------------------------------------------------

@@ -91,6 +91,11 @@ class StatisticBound:
             else self.l2_sensitivity
 
 
+#: The server's re-clip, in points, while ``max-points-per-client`` is ``auto`` (the
+#: estimate round, which estimates it): public, and large enough that an honest client
+#: is rarely re-clipped. The sensitivities do not depend on it (module docstring).
+UNDECLARED_MAX_POINTS = 2**16
+
 #: Lipschitz constant (l1, l2) of the server's clip in the norm of each release: the
 #: radial l2 clip is a projection (1); the radial l1 clip is 2 in l1 and sqrt(2) in l2.
 _CLIP_LIPSCHITZ = {"l2": (1.0, 1.0), "l1_nonnegative": (2.0, math.sqrt(2.0))}
@@ -119,9 +124,10 @@ def bound_of(
         l1, l2 = per_point(privacy)
         lip1, lip2 = _CLIP_LIPSCHITZ[norm]
         per_client = l2 if norm == "l2" else l1
+        n_max = privacy.max_points_per_client
         return StatisticBound(
             norm=norm, client_bound=math.inf,
-            server_bound=privacy.max_points_per_client * per_client,
+            server_bound=(UNDECLARED_MAX_POINTS if n_max == "auto" else n_max) * per_client,
             l1_sensitivity=lip1 * l1, l2_sensitivity=lip2 * l2,
         )
     bound = client_bound(privacy)

@@ -12,7 +12,7 @@ Importing this package registers every stage and every algorithm's protocol.
 """
 
 from fedkmeans.config import NON_PRIVATE_ALGORITHMS
-from fedkmeans.stages import check, feddp_init, kfed, lloyds
+from fedkmeans.stages import check, estimate, feddp_init, kfed, lloyds
 from fedkmeans.stages.spec import (
     Protocol,
     ReleaseRule,
@@ -42,7 +42,7 @@ for _algorithm, _init in (
                                check=_algorithm == "feddp-kmeans"))
 
 __all__ = [
-    "Protocol", "ReleaseRule", "Stage", "Statistic", "check", "feddp_init", "kfed", "lloyds",
+    "Protocol", "ReleaseRule", "Stage", "Statistic", "check", "estimate", "feddp_init", "kfed", "lloyds",
     "check_runs", "protocol", "register", "register_protocol", "release_plan", "stage",
     "stage_of_round", "stages", "statistic_bounds", "subscribe",
 ]

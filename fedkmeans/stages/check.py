@@ -9,10 +9,19 @@ final centers, and B, k-means on its own data Q (:func:`server_only_centers`, th
 
 ``tau = privacy.check-clip`` (``auto``: the mean squared distance of Q to B, the
 scale on which one point's cost is typical; :func:`check_clip`). The server releases
-``sum_j D_j`` with Gaussian noise and answers with A if the noisy sum is below 0 (A
-is cheaper on the clients' data), with B otherwise: post-processing of one release,
+``sum_j D_j`` with Gaussian noise of standard deviation sigma and answers with A only
+if the noisy sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
+``1 - CHOICE_ERROR`` quantile), with B otherwise: post-processing of one release,
 accounted with the rest of the run. At epsilon = inf the round does not run (the
 non-private algorithm has no check).
+
+The bound this gives: whenever B's clipped cost on the clients' data is at most A's
+(``sum_j D_j >= 0``), the run answers with A with probability at most
+``Phi(-z) = CHOICE_ERROR``. So, per run, the returned centers are no worse than
+k-means on the server's data alone (in the clients' clipped cost) except with
+probability at most 5 %, at every epsilon and delta; the price is that A must win by
+``z sigma`` to be returned. Where no point's difference exceeds tau, the clipped cost
+is the cost itself.
 
 Sensitivity of ``cost_difference`` (statistic of shape (1,), norm l2):
 
@@ -24,14 +33,9 @@ Sensitivity of ``cost_difference`` (statistic of shape (1,), norm l2):
   ``clip-counts`` points, each at the per-point clip), and the server re-clips; adding
   or removing a client moves the sum by at most **C**.
 
-Why a private check and not only the public guard (:mod:`fedkmeans.tuning.resolve`):
-the simulation resamples clients from Q and cannot see how the clients' data differs
-from Q; where it cannot tell the protocol from the server-only answer, a few percent
-of the budget decide it on the real data. On ``nycflights`` (client level, epsilon =
-1, 3,420 clients) the clipped difference was -600 to -1,050 in 6 seeds where the
-protocol was 1.007-1.035 x optimal against the server's 1.036-1.051 x, with tau = the
-0.9 quantile of Q's differences; the noise standard deviation at 10 % of the budget
-was 115-200.
+Why a private choice and not a public guard: a simulation resamples clients from Q
+and cannot see how the clients' data differs from Q, so a few percent of the budget
+decide on the real data.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import norm
 
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import BLOCK, squared_distances
@@ -46,8 +51,16 @@ from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "COST_DIFFERENCE", "check_clip", "check_clip_of", "check_runs",
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "check_clip", "check_clip_of", "check_runs",
            "cost_differences", "final_check", "server_only_centers"]
+
+
+#: Largest probability that the choice returns the protocol's centers when k-means on the
+#: server's data is at least as cheap on the clients' clipped cost.
+CHOICE_ERROR = 0.05
+#: The protocol's centers are returned only if the noisy cost difference is below minus
+#: this many noise standard deviations.
+CHOICE_STDS = float(norm.isf(CHOICE_ERROR))
 
 
 def check_clip_of(privacy: PrivacyConfig) -> float:
@@ -107,10 +120,14 @@ def cost_differences(
 
 
 def final_check(ctx, centers: np.ndarray) -> np.ndarray:
-    """The check round: ``centers`` (A) if the noisy cost difference is < 0, else B.
+    """The check round: ``centers`` (A) if the noisy cost difference is below
+    ``-CHOICE_STDS`` noise standard deviations, else B.
 
-    Records ``{"chosen", "noisy_difference", "clip"}`` in ``ctx.check``.
+    Records ``{"chosen", "noisy_difference", "threshold", "clip"}`` in ``ctx.check``.
     """
+    sigma = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
+    threshold = -CHOICE_STDS * sigma
+
     def compute() -> dict[str, np.ndarray]:
         alternative = server_only_centers(ctx.server_x, ctx.k,
                                           ctx.int_seed("init", "server-lloyds"))
@@ -118,7 +135,7 @@ def final_check(ctx, centers: np.ndarray) -> np.ndarray:
                             {"centers": centers, "alternative": alternative},
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
         noisy = float(CHECK.release(ctx, replies, CHECK.group)[COST_DIFFERENCE.name][0])
-        kept = noisy < 0
+        kept = noisy < threshold
         return {"centers": centers if kept else alternative,
                 "noisy_difference": np.array([noisy]), "kept": np.array([kept])}
 
@@ -126,9 +143,14 @@ def final_check(ctx, centers: np.ndarray) -> np.ndarray:
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
         "noisy_difference": float(out["noisy_difference"][0]),
+        "threshold": threshold,
         "clip": check_clip_of(ctx.config.privacy),
         "rule": "the protocol's centers if the noisy sum of the clients' clipped "
-                "d(p, A)^2 - d(p, B)^2 is below 0, else k-means on the server's data",
+                f"d(p, A)^2 - d(p, B)^2 is below -{CHOICE_STDS:.4g} noise standard "
+                "deviations, else k-means on the server's data",
+        "error_bound": f"returns the protocol's centers with probability at most "
+                       f"{CHOICE_ERROR:g} when k-means on the server's data is at least as "
+                       "cheap on the clients' clipped cost",
     }
     return out["centers"]
 

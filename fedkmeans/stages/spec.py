@@ -17,7 +17,7 @@ the calibration splits the budget over.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fedkmeans.config import AUTO, PrivacyConfig
@@ -106,6 +106,9 @@ class Stage:
         What travels instead of ``client``'s rows (upper triangles), same signature.
     skipped_when_full_rank : bool
         Not run (and planned no budget) when k >= d.
+    sampled : bool
+        Asks the round's Poisson cohort (``privacy.sampling-rate``); False: every
+        registered client, planned with sampling rate 1 (the estimate round).
     """
 
     name: str
@@ -116,6 +119,7 @@ class Stage:
     releases: tuple[ReleaseRule, ...] = ()
     wire: Callable[..., dict] | None = None
     skipped_when_full_rank: bool = False
+    sampled: bool = True
 
     def expected(self, k: int, d: int, m: int = 0) -> dict[str, tuple[int, ...]]:
         """Per-client shape of every statistic, as the server validates replies."""
@@ -140,7 +144,7 @@ class Stage:
             out.append(PlannedRelease(
                 f"{group}/{rule.statistic.name}", mechanism,
                 bounds[rule.statistic.name].sensitivity(mechanism), rule.weight(privacy),
-                privacy.sampling_rate, group))
+                privacy.sampling_rate if self.sampled else 1.0, group))
         return out
 
 
@@ -258,14 +262,37 @@ def check_runs(privacy: PrivacyConfig) -> bool:
     return privacy.is_private and share != AUTO and share > 0
 
 
-def statistic_bounds(privacy: PrivacyConfig) -> dict[str, StatisticBound]:
+class _Bounds(Mapping):
+    """Statistic name -> :class:`StatisticBound`, each computed when first asked for.
+
+    Lazy, because before the ``auto`` settings are resolved only the estimate round's
+    bound exists (the others read the data radius and the clip bounds).
+    """
+
+    def __init__(self, privacy: PrivacyConfig) -> None:
+        self._privacy = privacy
+        self._statistics: dict[str, Statistic] = {}
+        for known in _REGISTRY.stages.values():
+            for s in known.statistics:
+                self._statistics.setdefault(s.name, s)
+        self._cache: dict[str, StatisticBound] = {}
+
+    def __getitem__(self, name: str) -> StatisticBound:
+        if name not in self._cache:
+            s = self._statistics[name]
+            self._cache[name] = bound_of(self._privacy, s.norm, s.per_point, s.client_bound)
+        return self._cache[name]
+
+    def __iter__(self):
+        return iter(self._statistics)
+
+    def __len__(self) -> int:
+        return len(self._statistics)
+
+
+def statistic_bounds(privacy: PrivacyConfig) -> Mapping[str, StatisticBound]:
     """Clip bounds and sensitivities of every registered stage's statistics, by name."""
-    out: dict[str, StatisticBound] = {}
-    for known in _REGISTRY.stages.values():
-        for s in known.statistics:
-            if s.name not in out:
-                out[s.name] = bound_of(privacy, s.norm, s.per_point, s.client_bound)
-    return out
+    return _Bounds(privacy)
 
 
 def release_plan(

@@ -28,6 +28,7 @@ from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.stages import protocol, statistic_bounds
+from fedkmeans.stages import stage as stage_named
 from fedkmeans.stages.check import final_check
 from fedkmeans.stages.lloyds import lloyds_step
 from fedkmeans.strategies.aggregation import Fold, clipped_sum
@@ -83,6 +84,8 @@ class ServerContext:
     check: dict | None = None
     #: FedDP-Init's spare centers and why (:meth:`extra_centers`), once decided.
     spare_centers: dict | None = None
+    #: The estimate round's release, read (:mod:`fedkmeans.tuning.estimates`), if run.
+    estimates: object | None = None
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -279,7 +282,8 @@ class ServerContext:
                         for name in expected}
             else:
                 fold = {name: Fold() for name in expected}
-        return self.pool.query(stage, self.sample(round_name), arrays, expected,
+        cohort = self.sample(round_name) if stage_named(stage).sampled else self.pool.client_ids
+        return self.pool.query(stage, cohort, arrays, expected,
                                round_name=round_name, fold=fold)
 
     def release(

@@ -21,7 +21,12 @@ module bridges it into our own ``@app.main()`` protocol
 
 The server never holds a client's or a node's statistic: the returned
 :class:`~fedkmeans.strategies.replies.Replies` carries only the noisy sums (one row,
-``aggregated = True``) and the effective noise scale of each release.
+``aggregated = True``) and the noise scale each release is accounted with: the
+calibrated sigma, which the shares guarantee whenever at least ``n_min`` clients
+survive (more survivors add more noise; their number is a diagnostic, never in the
+ledger). The neighbouring relation is zero-out one client at client level (the
+client's participation is visible to the server, its statistics are not) and
+add/remove one data point at data-point level.
 
 Security notes (docs/secagg.md): honest-but-curious server (Flower's SecAgg+ has no
 consistency checks against a server that lies about dropouts or the noise scale),
@@ -60,14 +65,12 @@ from fedkmeans.privacy.distributed import (
     tail_probability,
 )
 from fedkmeans.privacy.registry import mechanism
-from fedkmeans.stages import statistic_bounds
+from fedkmeans.stages import stages, statistic_bounds
 from fedkmeans.strategies.pool import ClientPool, FederationError
 from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 
-#: Statistics a SecAgg round may carry (the noisy releases of the protocol).
-SUMMABLE = ("covariance", "histogram", "sums", "counts")
 #: Full SecAgg (every node shares keys with every node) up to this many nodes; above,
 #: SecAgg+ with ``2 ceil(log2 N) + 1`` neighbours (Flower's Shamir sharing costs
 #: ~O(neighbours^2) per node: 100 nodes took 432 s with 100 neighbours, 3.9 s with 11).
@@ -75,6 +78,11 @@ FULL_GRAPH_NODES = 15
 #: Fraction of a node's neighbours needed to unmask (Shamir threshold).
 THRESHOLD_FRACTION = 2.0 / 3.0
 
+
+
+def summable_statistics() -> tuple[str, ...]:
+    """Statistics a SecAgg round may carry: every registered stage's noisy releases."""
+    return tuple(sorted({rule.statistic.name for known in stages() for rule in known.releases}))
 
 
 def num_shares(num_nodes: int) -> int | float:
@@ -216,11 +224,12 @@ class SecAggAggregator:
             threshold or below ``n_min`` surviving clients).
         """
         start = time.perf_counter()
-        unknown = sorted(set(expected) - set(SUMMABLE))
+        summable = summable_statistics()
+        unknown = sorted(set(expected) - set(summable))
         if unknown:
             raise FederationError(
                 f"round '{round_name}': statistics {unknown} cannot be securely aggregated "
-                f"(privacy.aggregation='secagg' sums only {SUMMABLE})"
+                f"(privacy.aggregation='secagg' sums only {summable})"
             )
         nodes = sorted(requested)
         if len(nodes) < 2:
@@ -301,7 +310,9 @@ class SecAggAggregator:
             info["max_quantization_error_over_sigma"] = (
                 info["max_quantization_error"] / info["sigma_effective"]
             )
-            noise_scales[name] = info["sigma_effective"]
+            # the ledger records the noise the shares guarantee (sigma at n_min
+            # survivors), never how many survived: that is a diagnostic
+            noise_scales[name] = info["sigma"]
             entries += int(np.prod(expected[name]))
         contributors = np.sort(np.concatenate([requested[nid] for nid in bridge.contributors]))
         seconds = time.perf_counter() - start

@@ -6,9 +6,9 @@ node arithmetic (each stage's ``client``, :mod:`fedkmeans.stages`); only the cli
 replaced by a :class:`SimulatedPool` whose clients hold points drawn from the server's
 data Q. Nothing of the real clients is read.
 
-The simulated federation (:func:`simulated_federation`) follows the declared public
-facts: ``C`` clients with sizes uniform on ``1..n_max`` (``n_max`` =
-``privacy.max-points-per-client``). Its population is a smoothed copy of Q: clusters
+The simulated federation (:func:`simulated_federation`) has ``C`` clients (declared, or
+the estimate round's count) with sizes drawn from the estimate round's size histogram
+(uniform on ``1..n_max`` without one). Its population is a smoothed copy of Q: clusters
 of Q (:func:`server_clusters`), and in cluster ``c`` with mean ``mu`` the points
 ``mu + sqrt(3/2) ((1 - u) a + u b - mu)`` for two random members ``a, b`` and
 ``u ~ U(0, 1)`` (``(1 - u) a + u b`` has 2/3 of the cluster's variance, the factor
@@ -147,6 +147,7 @@ def simulated_federation(
     max_points_per_client: int,
     rng: np.random.Generator,
     max_points: int = 10_000,
+    sizes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SimulatedFederation:
     """Resample a federation of ``num_clients`` clients from the server's data.
 
@@ -164,6 +165,11 @@ def simulated_federation(
         Public randomness.
     max_points : int
         Largest number of simulated points (fewer clients, scaled noise, beyond it).
+    sizes : (edges, pmf) or None
+        The clients' size distribution over bins (the estimate round's, read by
+        :meth:`~fedkmeans.tuning.estimates.PrivateEstimates.size_distribution`): a
+        client's size is a bin drawn from ``pmf``, then uniform in it, at most
+        ``max_points_per_client``. None: uniform on ``1..max_points_per_client``.
 
     Returns
     -------
@@ -187,9 +193,19 @@ def simulated_federation(
         return clip_rows_l2(mu + SPREAD * ((1 - u) * server_x[a] + u * server_x[b] - mu), radius)
 
     sim_server = draw(rng.choice(present.size, size=server_x.shape[0], p=sizes_of / sizes_of.sum()))
-    mean_size = (1 + max_points_per_client) / 2
-    simulated = int(min(num_clients, max(2 * k, max_points // mean_size)))
-    sizes = rng.integers(1, max_points_per_client + 1, size=simulated)
+    if sizes is None:
+        mean_size = (1 + max_points_per_client) / 2
+    else:
+        edges, pmf = sizes
+        mean_size = float(pmf @ np.minimum((edges[:-1] + edges[1:]) / 2, max_points_per_client))
+    simulated = int(min(num_clients, max(2 * k, max_points // max(mean_size, 1.0))))
+    if sizes is None:
+        sizes = rng.integers(1, max_points_per_client + 1, size=simulated)
+    else:
+        bins = rng.choice(pmf.size, size=simulated, p=pmf)
+        low, high = np.ceil(edges[bins]), np.maximum(np.ceil(edges[bins + 1]) - 1, np.ceil(edges[bins]))
+        sizes = np.minimum(low + np.floor(rng.random(simulated) * (high - low + 1)),
+                           max_points_per_client).astype(np.int64)
     mixes = rng.dirichlet(np.full(present.size, CLIENT_ALPHA), size=simulated)
     owner = np.repeat(np.arange(simulated), sizes)
     # each point: a cluster from its client's mix, then a population point of it

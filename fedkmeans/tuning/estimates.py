@@ -1,0 +1,175 @@
+"""What the estimate round's release says: sizes, count, norms (post-processing only).
+
+The estimate round (:mod:`fedkmeans.stages.estimate`) releases the sum of the clients'
+histogram rows with Gaussian noise of standard deviation ``sigma`` per entry. Here the
+server reads quantiles off that one noisy vector; nothing else of the clients is read.
+
+Noise floor. A bin of a part with ``B`` bins counts only if its noisy value exceeds
+``sigma * z_B``, with ``z_B`` the standard normal quantile ``1 - FLOOR_TAIL / B``: when
+every bin is empty, the largest of the ``B`` noises stays below the floor with
+probability ``1 - FLOOR_TAIL`` (a union bound), so an empty tail bin rarely reads as
+mass. The threshold is relative to the noise scale; no constant is fitted to data.
+
+A quantile ``q`` of a part is the upper edge of the first bin where the cleaned
+cumulative mass reaches ``q`` of its total: a bound (clip, radius, size) read this way
+holds at least the fraction ``q`` of the mass, up to the noise and the bin width
+(a factor ``2**(1/2)`` for sizes and moments, ``2**(1/4)`` for norms).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm as standard_normal
+
+from fedkmeans.stages.estimate import (
+    COUNT_SLOT,
+    MOMENT_SLICE,
+    NORM_SLICE,
+    SIZE_SLICE,
+    bin_edges,
+)
+
+__all__ = ["FLOOR_TAIL", "RADIUS_QUANTILE", "PrivateEstimates", "cleaned", "read_quantile"]
+
+#: Probability that the largest noise of a part's empty bins reads as mass.
+FLOOR_TAIL = 0.05
+#: The data radius is this quantile of the points' norms: at most 1 % of the points are
+#: clipped (by at most their excess norm), so the clipping bias on a center stays far
+#: below the bias-free alternative's noise, which grows with the largest norm.
+RADIUS_QUANTILE = 0.99
+
+_PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
+
+
+def cleaned(noisy: np.ndarray, sigma: float) -> np.ndarray:
+    """``noisy`` with every bin at or below the noise floor set to 0 (module docstring)."""
+    if sigma <= 0:
+        return np.maximum(noisy, 0.0)
+    floor = sigma * float(standard_normal.isf(FLOOR_TAIL / noisy.size))
+    return np.where(noisy > floor, noisy, 0.0)
+
+
+def read_quantile(hist: np.ndarray, edges: np.ndarray, q: float) -> float | None:
+    """Upper edge of the first bin where ``hist``'s cumulative mass reaches ``q``.
+
+    Parameters
+    ----------
+    hist : ndarray of shape (B,)
+        Non-negative (cleaned) bin masses.
+    edges : ndarray of shape (B + 1,)
+    q : float
+        In (0, 1].
+
+    Returns
+    -------
+    float or None
+        None when ``hist`` holds no mass.
+    """
+    total = float(hist.sum())
+    if total <= 0:
+        return None
+    cumulative = np.cumsum(hist) / total
+    index = int(np.searchsorted(cumulative, q * (1 - 1e-12)))
+    return float(edges[min(index, hist.size - 1) + 1])
+
+
+@dataclass(frozen=True)
+class PrivateEstimates:
+    """The estimate round's release, read.
+
+    Attributes
+    ----------
+    noisy : ndarray of shape (width,)
+        The released (noisy) sum of the clients' rows.
+    sigma : float
+        Its noise standard deviation per entry (0: no noise).
+    level : {"datapoint", "client"}
+    num_clients : float
+        The number of clients the ``auto`` settings use: the declared
+        ``privacy.public-num-clients``; else at data-point level the registered
+        clients (public there), at client level the noisy count (at least 1).
+    num_clients_from : str
+        Where ``num_clients`` comes from.
+    """
+
+    noisy: np.ndarray
+    sigma: float
+    level: str
+    num_clients: float
+    num_clients_from: str
+
+    @classmethod
+    def read(cls, noisy: np.ndarray, sigma: float, level: str, *, declared: int,
+             registered: int) -> PrivateEstimates:
+        """Read the release; ``declared`` (0: none) and ``registered`` client counts."""
+        noisy = np.asarray(noisy, dtype=float)
+        if declared:
+            count, source = float(declared), "privacy.public-num-clients (declared public)"
+        elif level == "datapoint":
+            count, source = float(registered), (
+                "registration (public at data-point level: neighbours differ in one point, "
+                "not in a client)")
+        else:
+            count = max(1.0, float(noisy[COUNT_SLOT]))
+            source = "the estimate round's noisy count (the exact count is private)"
+        return cls(noisy, float(sigma), level, count, source)
+
+    def part(self, name: str) -> np.ndarray:
+        """The cleaned histogram of ``name`` ("sizes", "moments" or "norms")."""
+        return cleaned(self.noisy[_PARTS[name]], self.sigma)
+
+    def quantile(self, name: str, q: float) -> float | None:
+        """:func:`read_quantile` of part ``name`` (None: no bin above the noise floor)."""
+        return read_quantile(self.part(name), bin_edges(name), q)
+
+    @property
+    def total_points(self) -> float:
+        """Noisy number of points (data-point level: the norms' total), else NaN."""
+        if self.level != "datapoint":
+            return math.nan
+        return max(float(self.noisy[NORM_SLICE].sum()), 0.0)
+
+    def size_distribution(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(edges, pmf)`` of the clients' sizes, or None below the noise floor."""
+        sizes = self.part("sizes")
+        if sizes.sum() <= 0:
+            return None
+        return bin_edges("sizes"), sizes / sizes.sum()
+
+    def largest_size(self) -> int | None:
+        """The largest client size the release shows: the top occupied bin's upper edge.
+
+        At data-point level, without an occupied bin, the mean size (the points' total
+        over the public number of clients) rounded up; None if neither is available.
+        """
+        top = self.quantile("sizes", 1.0)
+        if top is not None:
+            return max(1, math.floor(top))
+        if self.level == "datapoint" and self.total_points > 0:
+            return max(1, math.ceil(self.total_points / max(self.num_clients, 1.0)))
+        return None
+
+    def outside_fraction(self, radius: float) -> float | None:
+        """Estimated fraction of the points (client level: of a client's points) beyond
+        ``radius``, counting the bin that holds ``radius`` as half beyond it."""
+        norms = self.part("norms")
+        total = float(norms.sum())
+        if total <= 0:
+            return None
+        edges = bin_edges("norms")
+        beyond = norms[edges[:-1] >= radius].sum()
+        straddling = (edges[:-1] < radius) & (edges[1:] > radius)
+        return float((beyond + 0.5 * norms[straddling].sum()) / total)
+
+    def to_dict(self) -> dict:
+        """What ``release.json`` records of the read estimates (all post-processing)."""
+        return {
+            "num_clients": self.num_clients, "num_clients_from": self.num_clients_from,
+            "noise_std": self.sigma, "largest_size": self.largest_size(),
+            "radius_quantile": RADIUS_QUANTILE,
+            "radius": self.quantile("norms", RADIUS_QUANTILE),
+            "floor_tail": FLOOR_TAIL,
+        }
