@@ -3,8 +3,9 @@
     python benchmarks/release_audit.py                  # 20,000 releases per world
     python benchmarks/release_audit.py --trials 2000    # quicker look
 
-For each level (data point, client) and each (statistic, mechanism) a run can release,
-the worst-case neighbours of :mod:`fedkmeans.attacks.release_audit` are released
+For each level (data point, client), count noise and planned release (from the stage
+registry), the worst probe of :mod:`fedkmeans.attacks.sensitivity_audit`, driven through
+the real client path by :mod:`fedkmeans.attacks.release_audit`, is released
 ``--selection`` times per world to choose a threshold and ``--trials`` times per world
 to count errors, at epsilon = 1 for the release alone. The planted rows recalibrate
 the data-point histograms and counts to the per-point change (the old ledger) and
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from results_table import write_tables
 
-from fedkmeans.attacks.release_audit import AUDITED, LEVELS, audit_release
+from fedkmeans.attacks.release_audit import audit_release, legacy_plan
+from fedkmeans.attacks.sensitivity_audit import LEVELS, AuditSetup, planned_releases
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
-PLANTED = (("histogram", "laplace"), ("counts", "laplace"), ("counts", "gaussian"))
+PLANTED = ("init-2/histogram", "lloyds-1/counts")
 
 
 def main() -> None:
@@ -30,15 +32,23 @@ def main() -> None:
     parser.add_argument("--selection", type=int, default=5_000)
     parser.add_argument("--epsilon", type=float, default=1.0)
     args = parser.parse_args()
-    cases = [(level, s, m, False) for level in LEVELS for s, m in AUDITED]
-    cases += [("datapoint", s, m, True) for s, m in PLANTED]
+    cases = []
+    for level in LEVELS:
+        for noise in ("laplace", "gaussian"):
+            setup = AuditSetup(level=level, count_noise=noise, epsilon=args.epsilon)
+            cases += [(setup, p.stage, p.mechanism, False)
+                      for p in planned_releases(setup.config())
+                      if noise == "laplace" or p.stage.endswith("/counts")]
+    planted_setup = AuditSetup(level="datapoint", epsilon=args.epsilon)
+    cases += [(planted_setup, name, "laplace", True) for name in PLANTED]
     rows = []
-    for level, statistic, mechanism, planted in cases:
-        r = audit_release(level, statistic, mechanism, epsilon=args.epsilon,
-                          trials=args.trials, selection=args.selection,
-                          legacy_sensitivity=planted)
+    for setup, name, _mechanism, planted in cases:
+        hook = legacy_plan(setup.config().privacy) if planted else None
+        r = audit_release(setup, name, trials=args.trials, selection=args.selection,
+                          plan_hook=hook)
+        level, statistic = setup.level, name
         row = {
-            "level": level, "statistic": statistic, "mechanism": mechanism,
+            "level": level, "release": statistic, "mechanism": r.mechanism,
             "code": "old sensitivity (planted)" if planted else "current",
             "claimed sensitivity": f"{r.claimed_sensitivity:.6g}",
             "measured change": f"{r.measured_change:.6g}",
@@ -53,6 +63,7 @@ def main() -> None:
         print(row, flush=True)
     write_tables(OUT, "release_audit", (
         "Measured by `python benchmarks/release_audit.py` (worst-case neighbours through "
+        "NodeData.load, the stage's client, the wire, `ServerContext.sample` and "
         "`ServerContext.release`: server clip, sum, calibration, lattice mechanism, secret "
         f"noise; epsilon = {args.epsilon} for the release alone, delta = 1e-6; "
         "threshold chosen on the selection releases, errors counted on the others; "
