@@ -88,6 +88,29 @@ class DataConfig:
         the held-out rows (0 = all of them).
     min_points_per_client : int
         Real data sets: clients with fewer rows are left out of the federation.
+    server_path : str
+        Data files (``data.name = npz``): the server's own data, a ``.csv``,
+        ``.parquet`` or ``.npz`` file with the same feature columns; a relative path is
+        relative to the directory of ``path`` ('' = ``server_x`` of an ``.npz`` file,
+        or ``server_fraction``). See :mod:`fedkmeans.data.tables`.
+    server_fraction : float
+        Data files: this fraction of the rows, drawn with the run's seed (public
+        randomness), becomes the server's data and leaves the clients (0 = none).
+    partitioner : {"natural-id", "iid", "dirichlet"}
+        Data files: ``natural-id`` makes one client per value of ``client_column``;
+        ``iid`` and ``dirichlet`` (over ``label_column``, concentration
+        ``dirichlet_alpha``) split the rows into ``num_clients`` clients with Flower
+        Datasets' partitioners, seeded from the run's seed.
+    client_column : str
+        Data files: the column (``.npz``: key ``client``) naming each row's client.
+    label_column : str
+        Data files: a column of labels (evaluation and ``dirichlet`` only; never a
+        feature); '' = none.
+    features : str
+        Data files: comma-separated feature columns ('' = every column but the client
+        and label columns).
+    delimiter : str
+        CSV files: the field delimiter ('' = ``,`` for ``.csv``, tab for ``.tsv``).
     """
 
     name: str = "mixture"
@@ -104,6 +127,13 @@ class DataConfig:
     holdout: str = ""
     server_points: int = 0
     min_points_per_client: int = 1
+    server_path: str = ""
+    server_fraction: float = 0.0
+    partitioner: str = "natural-id"
+    client_column: str = "client"
+    label_column: str = ""
+    features: str = ""
+    delimiter: str = ""
 
 
 @dataclass(frozen=True)

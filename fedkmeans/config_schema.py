@@ -13,7 +13,7 @@ import importlib.util
 import math
 from typing import TYPE_CHECKING, Any
 
-from fedkmeans.data.catalog import REAL_DATASETS, holdout_allowed, holdout_ok
+from fedkmeans.data.catalog import PARTITIONERS, REAL_DATASETS, holdout_allowed, holdout_ok
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 from fedkmeans.schema import (
@@ -132,6 +132,22 @@ RULES: tuple[Rule, ...] = (
     require("data.server-uniform-points", at_least(0), lambda c: c.data.server_uniform_points),
     require("data.server-points", at_least(0, note=" (0 = all)"), lambda c: c.data.server_points),
     require("data.min-points-per-client", at_least(1), lambda c: c.data.min_points_per_client),
+    require("data.partitioner", one_of(PARTITIONERS), lambda c: c.data.partitioner),
+    require("data.partitioner", never(
+        "'natural-id' unless data.name is 'npz' (a data file; the mixture's clients are "
+        "set by data.partition)"), lambda c: c.data.partitioner,
+        when=lambda c: c.data.name != "npz" and c.data.partitioner != "natural-id"),
+    require("data.server-fraction", interval(0, 1, low_open=False, high_open=True,
+                                             note=" (0 = no rows for the server)"),
+            lambda c: c.data.server_fraction),
+    require("data.client-column", Constraint(bool, "a column name when data.partitioner is "
+                                             "'natural-id'"), lambda c: c.data.client_column,
+            when=lambda c: c.data.name == "npz" and c.data.partitioner == "natural-id"),
+    require("data.label-column", Constraint(bool, "the label column when data.partitioner is "
+                                            "'dirichlet' (Dirichlet over its labels)"),
+            lambda c: c.data.label_column,
+            when=lambda c: c.data.name == "npz" and c.data.partitioner == "dirichlet"
+            and not c.data.path.lower().endswith(".npz")),  # an .npz file's labels: key y
     require("privacy.level", one_of(PRIVACY_LEVELS), lambda c: c.privacy.level),
     require("privacy.epsilon", Constraint(
         lambda v: (0 < v <= MAX_FINITE_EPSILON) or math.isinf(v),

@@ -22,6 +22,7 @@ from fedkmeans import data as data_access
 from fedkmeans import metrics
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.catalog import REAL_DATASETS
+from fedkmeans.data.tables import file_identity
 from fedkmeans.strategies.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def _cache_key(config: ExperimentConfig) -> str:
     if data.name == "npz":
         stat = Path(data.path).stat()
         ident = {"path": str(Path(data.path).resolve()), "size": stat.st_size,
-                 "mtime": stat.st_mtime_ns}
+                 "mtime": stat.st_mtime_ns, **file_identity(config)}
     elif data.name in REAL_DATASETS:
         federation = data_access.real_federation(config)  # cached per process
         ident = {

