@@ -257,7 +257,9 @@ def markdown(quality, attack, support, seeds_q, seeds_a, seconds, figures) -> st
         "sample and per party slice over the k x T reports it made (delta = 1e-5): "
         "*claimed* takes every report as the 3-ary RR Gap-RR claims to be (basic = k T eps; "
         "exact = optimal composition, equal to dp-accounting's PLD); *actual* is what the "
-        "mechanism guarantees (Gap-RR with Q >= 4: none, i.e. inf).",
+        "mechanism guarantees for the reports alone (Gap-RR with Q >= 4: none, i.e. inf). "
+        "These runs use bound = 0 (each party's scale sent in clear), so every run's "
+        "epsilon_per_sample in result.json is inf.",
         "",
     ]
     for figure in figures:

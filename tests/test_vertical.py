@@ -204,6 +204,26 @@ def test_repeated_gap_rr_reports_pin_the_true_level_but_grr_reports_do_not():
     assert acc.consistent_inputs(grr_matrix(20, 1.0), grr_reports).all()
 
 
+def _rr_delta_by_hand(epsilon, outputs, m, total):
+    """Independent reference: the m-fold loss of a k-ary RR is (a - b) eps with
+    (a, b, m - a - b) multinomial(m; p, q, (k - 2) q); delta(E) = E[(1 - e^(E - L))_+]."""
+    from scipy.special import gammaln
+
+    den = math.exp(epsilon) + outputs - 1
+    a = np.arange(m + 1)[:, None]
+    b = np.arange(m + 1)[None, :]
+    c = m - a - b
+    cc = np.where(c >= 0, c, 0)
+    log_prob = (gammaln(m + 1) - gammaln(a + 1) - gammaln(b + 1) - gammaln(cc + 1)
+                + a * (epsilon - math.log(den)) - b * math.log(den))
+    if outputs > 2:
+        log_prob = log_prob + cc * (math.log(outputs - 2) - math.log(den))
+    valid = (c >= 0) if outputs > 2 else (c == 0)
+    loss = (a - b) * epsilon
+    weight = -np.expm1(np.minimum(total - loss, 0.0))
+    return float(np.sum(np.where(valid, np.exp(np.where(valid, log_prob, 0.0)), 0.0) * weight))
+
+
 def test_composition_numbers_pinned_to_hand_computation():
     e = math.e
     p = e / (e + 2)
@@ -211,38 +231,44 @@ def test_composition_numbers_pinned_to_hand_computation():
     # sqrt(2*30*ln(1e5)) + 30*(e-1) = 26.28261 + 51.54845
     assert acc.advanced_composition(1.0, 30, 1e-5) == pytest.approx(77.831064, abs=1e-5)
     # one 3-ary RR at eps=1: delta(0) = total variation = p - q = (e - 1) / (e + 2)
-    assert acc.rr_delta(1.0, 3, 1, 0.0) == pytest.approx((e - 1) / (e + 2))
+    assert acc.rr_delta(1.0, 3, 1, 0.0) == pytest.approx((e - 1) / (e + 2), abs=1e-12)
     # two reports, E = 1: only a = 2, b = 0 (loss 2) exceeds 1: p^2 (1 - e^-1)
-    assert acc.rr_delta(1.0, 3, 2, 1.0) == pytest.approx(p * p * (1 - 1 / e))
+    assert acc.rr_delta(1.0, 3, 2, 1.0) == pytest.approx(p * p * (1 - 1 / e), abs=1e-12)
     # one report at delta: p (1 - e^(E - 1)) = delta  ->  E = 1 + ln(1 - delta / p)
-    assert acc.rr_epsilon(1.0, 3, 1, 1e-5) == pytest.approx(1 + math.log(1 - 1e-5 / p), abs=1e-8)
+    assert acc.rr_epsilon(1.0, 3, 1, 1e-5) == pytest.approx(1 + math.log(1 - 1e-5 / p), abs=1e-9)
     for m in (2, 30):
-        exact = acc.rr_epsilon(1.0, 3, m, 1e-5)
-        assert acc.pld_epsilon(1.0, 3, m, 1e-5) == pytest.approx(exact, abs=1e-3)
-        assert exact < acc.basic_composition(1.0, m)
+        assert acc.rr_epsilon(1.0, 3, m, 1e-5) < acc.basic_composition(1.0, m)
+
+
+@pytest.mark.parametrize("epsilon,outputs,m,delta", [
+    (1.0, 3, 30, 1e-5), (0.1, 3, 300, 1e-5), (0.123456, 20, 30, 1e-2), (0.5, 200, 300, 1e-5),
+    (15.0, 200, 90, 1e-5), (3.0, 2, 300, 1e-2),
+])
+def test_pld_composition_gives_the_closed_form_numbers(epsilon, outputs, m, delta):
+    """rr_epsilon is dp-accounting's PLD; it must give the multinomial closed form's
+    numbers (what the hand-written code it replaced computed), here to 1e-8."""
+    found = acc.rr_epsilon(epsilon, outputs, m, delta)
+    assert _rr_delta_by_hand(epsilon, outputs, m, found) == pytest.approx(delta, rel=1e-6)
+    assert _rr_delta_by_hand(epsilon, outputs, m, found - 1e-8) > delta
+    for total in (0.0, found / 2, found):
+        assert acc.rr_delta(epsilon, outputs, m, total) == pytest.approx(
+            _rr_delta_by_hand(epsilon, outputs, m, total), rel=1e-7, abs=1e-13)
+    if (epsilon, outputs, m, delta) == (3.0, 2, 300, 1e-2):
+        # the library's own get_epsilon_for_delta answers 864 here (e^-L underflows)
+        assert found == pytest.approx(861.9895794590775, abs=1e-8)
 
 
 def test_per_sample_account_is_honest_about_gap_rr():
     gap = acc.per_sample_account(mechanism="gap-rr", epsilon=0.5, levels=20, l_ratio=0.5,
-                                 reports=30, delta=1e-5, use_pld=False)
+                                 reports=30, delta=1e-5)
     assert gap["claimed"]["basic"] == pytest.approx(15.0)
     assert gap["actual"]["per_value"] == math.inf and gap["actual"]["exact"] == math.inf
     grr_account = acc.per_sample_account(mechanism="grr", epsilon=0.5, levels=20, l_ratio=0.5,
-                                         reports=30, delta=1e-5, use_pld=False)
+                                         reports=30, delta=1e-5)
     assert grr_account["actual"]["per_value"] == pytest.approx(0.5)
     assert grr_account["actual"]["exact"] == grr_account["claimed"]["exact"] < 15.0
     with pytest.raises(ValueError, match="delta"):
         acc.rr_epsilon(1.0, 3, 2, 0.0)
-
-
-def test_result_reports_composed_epsilon_of_the_iterations_run():
-    result = run({"dataset": "iris", "parties": 2, "defence": "full", "mechanism": "grr",
-                  "epsilon": 0.5, "iterations": 4, "stop-when-stable": False})
-    slice_account = result["privacy"]["per_party_slice"]
-    assert result["iterations_run"] == 4 and slice_account["reports"] == 3 * 4
-    assert slice_account["claimed"]["basic"] == pytest.approx(6.0)
-    assert result["privacy"]["per_record"]["reports"] == 2 * 3 * 4
-    assert result["privacy"]["epsilon_per_sample"] == slice_account["actual"]["exact"] < 6.0
 
 
 # -- attack ----------------------------------------------------------------------------

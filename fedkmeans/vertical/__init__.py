@@ -12,8 +12,8 @@ Modules (all pure NumPy/SciPy except the two Flower apps):
 - :mod:`~fedkmeans.vertical.data` -- real offline data sets, one feature slice per party;
 - :mod:`~fedkmeans.vertical.protocol` -- distances, assignment, center updates, Lloyd;
 - :mod:`~fedkmeans.vertical.defence` -- fusion, discretisation, Gap-RR and k-ary GRR;
-- :mod:`~fedkmeans.vertical.accounting` -- exact per-value privacy loss and per-sample
-  composition (basic, advanced, PLD, exact);
+- :mod:`~fedkmeans.vertical.accounting` -- exact per-value privacy loss (O(Q) memory)
+  and per-sample composition (basic, advanced, and the optimum by dp-accounting's PLD);
 - :mod:`~fedkmeans.vertical.attack` -- least-squares trilateration, unfolding,
   Procrustes alignment, reconstruction error;
 - :mod:`~fedkmeans.vertical.metrics` -- F-measure (and ARI via :mod:`fedkmeans.metrics`);

@@ -55,7 +55,8 @@ class VerticalConfig:
     k : int
         Number of clusters, in [2, n].
     iterations : int
-        Maximum number of iterations T, in [1, 500].
+        Maximum number of iterations T, in [1, 500]. The privacy account counts all T
+        whether or not the run stops early (the stop is post-processing).
     stop_when_stable : bool
         Stop when an assignment equals the previous one.
     init : {"samples", "random"}
@@ -72,9 +73,10 @@ class VerticalConfig:
         Gap-RR's gap ratio, in (0, 1].
     bound : float
         Public bound per feature on the fused squared distance: the scale is
-        ``bound * d_h``. 0 = each party's largest fused value (released in clear).
+        ``bound * d_h``. 0 = each party's largest fused value (released in clear, so
+        ``epsilon_per_sample`` is infinite).
     delta : float
-        Delta of the advanced / exact / PLD composed epsilon, in (0, 1).
+        Delta of the advanced / exact composed epsilon, in (0, 1).
     attack : {"none", "known", "unknown"}
     attack_party : int
         Party whose slice the curious server reconstructs, in [0, parties).

@@ -140,10 +140,30 @@ def _decoded(config: VerticalConfig, party: int, arrays: dict, settings: dict, n
     return values
 
 
-def _privacy(config: VerticalConfig, iterations: int) -> dict:
-    reports = config.k * iterations
+def _privacy(config: VerticalConfig) -> dict:
+    """The run's privacy account (``result["privacy"]``), fixed by the config alone.
+
+    Unit: one sample's feature slice at one party; neighbouring = replace it (local
+    DP). ``epsilon_per_sample`` covers everything a party sends about that slice.
+
+    * **The configured maximum T, not the iterations run.** The stopping rule
+      (``stop-when-stable``) is a function of the labels, which the server computes
+      from reports already sent. A run that stops after t < T iterations is
+      therefore post-processing of the T-iteration transcript (truncate it where the
+      labels first repeat), and its privacy loss is at most that of the k T reports
+      of T iterations. The realised t is data-dependent: an epsilon computed from it
+      is a random variable (a privacy odometer), not an (eps, delta) guarantee. So
+      ``reports_per_sample_per_party = k T`` whatever t turns out to be.
+    * **A non-private release makes epsilon_per_sample infinite**, as in the
+      horizontal accountant: with ``bound = 0`` each party sends its largest fused
+      distance (the discretisation scale) in clear every iteration, a deterministic
+      function of one sample's slice. ``per_party_slice`` and ``per_record`` still
+      account the randomized reports alone (what a public ``bound`` would give).
+    """
+    reports = config.k * config.iterations
     out: dict = {
         "defence": config.defence,
+        "iterations_accounted": config.iterations,
         "reports_per_sample_per_party": reports,
         "party_noise": REPRODUCIBLE_NOTICE if config.reproducible_noise else (
             "secret: each party's CSPRNG, fresh per report"),
@@ -151,7 +171,8 @@ def _privacy(config: VerticalConfig, iterations: int) -> dict:
     }
     if config.defence in ("discretise", "full") and config.bound == 0:
         out["non_private_releases"].append(
-            "each party's discretisation scale (its largest fused distance) every iteration")
+            "each party's discretisation scale (its largest fused distance) every iteration "
+            "(set bound > 0 for a public scale)")
     if config.defence != "full":
         out["epsilon_per_sample"] = math.inf
         return out
@@ -160,9 +181,9 @@ def _privacy(config: VerticalConfig, iterations: int) -> dict:
         l_ratio=config.l_ratio, reports=reports, delta=config.delta)
     out["per_record"] = per_sample_account(
         mechanism=config.mechanism, epsilon=config.epsilon, levels=config.levels,
-        l_ratio=config.l_ratio, reports=reports * config.parties, delta=config.delta,
-        use_pld=False)
-    out["epsilon_per_sample"] = out["per_party_slice"]["actual"]["exact"]
+        l_ratio=config.l_ratio, reports=reports * config.parties, delta=config.delta)
+    out["epsilon_per_sample"] = (math.inf if out["non_private_releases"]
+                                 else out["per_party_slice"]["actual"]["exact"])
     return out
 
 
@@ -247,7 +268,7 @@ def run_vertical(
                 parties.ask("attack_eval", arrays, parties=[party]).values()))[0])
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    privacy = _privacy(config, len(history))
+    privacy = _privacy(config)
     timings["accounting"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
 
