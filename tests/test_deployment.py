@@ -16,9 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedkmeans import deploy
 from fedkmeans.data.npz import load_npz
+from fedkmeans.deploy import pki
 from fedkmeans.engines.flower import free_port, processes_with_env
 from fedkmeans.experiment import run_flat
 
@@ -76,6 +80,61 @@ def test_split_assigns_every_client_to_exactly_one_node(tmp_path):
     assert load_npz(server).x.shape == (3, 2)  # public: only the server points
     with pytest.raises(ValueError, match="num_nodes must be in"):
         deploy.split_dataset(arrays, 11, tmp_path)
+
+
+def test_certificates_chain_to_the_offline_ca_and_cover_the_local_names(tmp_path):
+    sans = deploy.make_certificates(tmp_path / "certs", ["link.example", "10.0.0.7"])
+    assert sans == ["DNS:localhost", "IP:127.0.0.1", "IP:::1", "DNS:link.example",
+                    "IP:10.0.0.7"]
+    certs = tmp_path / "certs"
+    assert sorted(p.name for p in certs.iterdir()) == ["ca.crt", "ca.key", "server.key",
+                                                      "server.pem"]
+    for name in ("ca.key", "server.key"):
+        assert certs.joinpath(name).stat().st_mode & 0o077 == 0  # owner only
+        assert b"ENCRYPTED" not in certs.joinpath(name).read_bytes()
+    ca = x509.load_pem_x509_certificate(certs.joinpath("ca.crt").read_bytes())
+    server = x509.load_pem_x509_certificate(certs.joinpath("server.pem").read_bytes())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not server.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    server.verify_directly_issued_by(ca)  # raises unless the CA's key signed it
+    san = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["localhost", "link.example"]
+    assert [str(a) for a in san.get_values_for_type(x509.IPAddress)] == [
+        "127.0.0.1", "::1", "10.0.0.7"]
+    key = serialization.load_pem_private_key(certs.joinpath("server.key").read_bytes(), None)
+    assert key.public_key() == server.public_key()
+    for host in ("localhost", "127.0.0.1", "::1", "link.example"):
+        pki.verify_server_certificate(certs.joinpath("ca.crt").read_bytes(),
+                                      certs.joinpath("server.pem").read_bytes(), host)
+    with pytest.raises(deploy.DeploymentError, match="does not verify for other.example"):
+        pki.verify_server_certificate(certs.joinpath("ca.crt").read_bytes(),
+                                      certs.joinpath("server.pem").read_bytes(), "other.example")
+    # another CA did not sign it
+    deploy.make_certificates(tmp_path / "other")
+    with pytest.raises(deploy.DeploymentError, match="does not verify"):
+        pki.verify_server_certificate((tmp_path / "other" / "ca.crt").read_bytes(),
+                                      certs.joinpath("server.pem").read_bytes())
+    with pytest.raises(ValueError, match="invalid host name"):
+        deploy.make_certificates(tmp_path / "bad", ["a,b"])
+
+
+def test_node_keys_are_unencrypted_openssh_ecdsa_p384_pairs(tmp_path):
+    # Flower 1.41 loads them with cryptography's OpenSSH loaders, without a password.
+    paths = deploy.make_node_keys(tmp_path / "keys", 2)
+    assert [p.name for p in paths] == ["node-0", "node-1"]
+    publics = []
+    for i, path in enumerate(paths):
+        assert path.read_bytes().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+        assert path.stat().st_mode & 0o077 == 0
+        private = serialization.load_ssh_private_key(path.read_bytes(), password=None)
+        assert isinstance(private, ec.EllipticCurvePrivateKey)
+        assert private.curve.name == "secp384r1"
+        line = path.with_name(path.name + ".pub").read_text()
+        assert line.startswith("ecdsa-sha2-nistp384 ") and line.endswith(f" fedkmeans-node-{i}\n")
+        public = serialization.load_ssh_public_key(line.encode())
+        assert public == private.public_key()
+        publics.append(public)
+    assert publics[0] != publics[1]
 
 
 def test_commands_and_bad_inputs_are_named(tmp_path):

@@ -59,7 +59,6 @@ from fedkmeans.deploy.layout import (
     MARKER,
     DeploymentError,
     Layout,
-    check_tools,
     deployment_env,
 )
 from fedkmeans.deploy.pki import make_certificates, make_node_keys
@@ -74,7 +73,6 @@ __all__ = [
     "Layout",
     "MARKER",
     "PROJECT_DIR",
-    "check_tools",
     "commands",
     "deployment_env",
     "down",

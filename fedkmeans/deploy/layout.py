@@ -1,4 +1,4 @@
-"""Where a deployment lives (:class:`Layout`), its environment and the external tools.
+"""Where a deployment lives (:class:`Layout`), its environment and its commands.
 
 Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ from fedkmeans.engines.flower import (
 CONNECTION = "fedkmeans-deploy"
 #: Environment variable that marks every process of one deployment (value: its directory).
 MARKER = "FEDKMEANS_DEPLOYMENT"
-#: Debian packages that provide the external tools.
-TOOLS = {"openssl": "openssl", "ssh-keygen": "openssh-client"}
 SERVER_DATA_MODES = ("full", "public")
 #: Processes started by this Python process, kept so they can be reaped (no zombies).
 CHILDREN: dict[int, subprocess.Popen] = {}
@@ -99,23 +96,7 @@ def log_tail(path: Path, chars: int = 3000) -> str:
         return f"(no log at {path})"
 
 
-# -- tools and environment ----------------------------------------------------------------
-def check_tools(names: Sequence[str] = ("openssl", "ssh-keygen")) -> None:
-    """Fail early, naming the Debian package, when an external tool is missing.
-
-    Raises
-    ------
-    DeploymentError
-        A tool is not on ``PATH``.
-    """
-    missing = [name for name in names if shutil.which(name) is None]
-    if missing:
-        packages = " ".join(sorted({TOOLS.get(name, name) for name in missing}))
-        raise DeploymentError(
-            f"missing tool(s) {missing} on PATH; on Debian/Ubuntu: apt-get install {packages}"
-        )
-
-
+# -- environment and commands -------------------------------------------------------------
 def deployment_env(layout: Layout, home: Path | None = None, **extra: str) -> dict[str, str]:
     """Environment of a process of this deployment.
 

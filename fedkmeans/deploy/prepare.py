@@ -19,7 +19,6 @@ from fedkmeans.deploy.layout import (
     SERVER_DATA_MODES,
     DeploymentError,
     Layout,
-    check_tools,
     live_processes,
     write_json,
 )
@@ -164,8 +163,6 @@ def prepare(
         raise DeploymentError(
             f"a deployment is running in {layout.root}; run `down` before preparing it again"
         )
-    if secure:
-        check_tools()
     layout.root.mkdir(parents=True, exist_ok=True)
     if source is not None:
         dataset = load_npz(source)
