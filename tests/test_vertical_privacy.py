@@ -12,6 +12,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from fedkmeans.seeding import generator
 from fedkmeans.vertical import accounting as acc
 from fedkmeans.vertical.config import DEFAULTS
 from fedkmeans.vertical.defence import gap_rr_matrix, grr_matrix, truth_probability
@@ -118,6 +119,24 @@ def test_structured_mechanism_equals_the_dense_matrix():
                 for target in (0.0, epsilon / 2, epsilon, 2 * epsilon):
                     assert acc.hockey_stick_delta(mech, target) == pytest.approx(
                         acc.hockey_stick_delta(dense, target), abs=1e-12)
+
+
+def test_structured_hockey_stick_on_random_mechanisms_equals_the_dense_one():
+    """The pair-sharing shortcut holds for any floor + excess mechanism, not only ours."""
+    rng = generator(7, "test", "random-mechanisms")
+    for _ in range(200):
+        levels = int(rng.integers(2, 12))
+        width = int(rng.integers(1, levels + 1))
+        support = np.stack([rng.permutation(levels)[:width] for _ in range(levels)])
+        floor = float(rng.choice([0.0, rng.random() * 0.5 / levels]))
+        excess = rng.random((levels, width))
+        excess *= (1.0 - floor * levels) / excess.sum(axis=1, keepdims=True)
+        mech = acc.ReportMechanism(floor, support, excess)
+        assert acc.worst_case_epsilon(mech) == pytest.approx(
+            acc.worst_case_epsilon(mech.dense()), abs=1e-12)
+        for target in (0.0, 0.3, 1.0):
+            assert acc.hockey_stick_delta(mech, target) == pytest.approx(
+                acc.hockey_stick_delta(mech.dense(), target), abs=1e-12)
 
 
 def test_report_mechanism_rejects_what_is_not_a_mechanism():
