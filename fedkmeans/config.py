@@ -34,13 +34,15 @@ from fedkmeans.schema import ConfigError
 
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
 AUTO_KEYS = (
-    "data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
+    "data_radius", "max_points_per_client", "clip_covariance", "clip_histogram", "clip_sums",
+    "clip_counts",
     "split", "lloyds_steps", "min_server_weight", "min_cluster_count", "check_share",
     "check_clip", "extra_centers",
 )
 #: The settings nodes clip with: when ``auto``, the server resolves them and sends the
 #: values with every request.
-CLIENT_KEYS = ("data_radius", "clip_covariance", "clip_histogram", "clip_sums", "clip_counts",
+CLIENT_KEYS = ("data_radius", "max_points_per_client", "clip_covariance", "clip_histogram",
+               "clip_sums", "clip_counts",
                "check_clip")
 #: Their flat keys (as requests carry them) -> attribute names.
 CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
@@ -166,8 +168,11 @@ class PrivacyConfig:
     sampling_rate : float
         Poisson sampling rate q of clients per private round (1 = every client).
     max_points_per_client : int
-        Data-point level only: the server re-clips each client's statistics to this
-        many points' worth (robustness; the privacy guarantee comes from point clipping).
+        The largest client size n_max (public). Data-point level: the server re-clips
+        each client's statistics to this many points' worth (robustness; the privacy
+        guarantee comes from point clipping). ``auto``: estimated by the estimate
+        round (:mod:`fedkmeans.stages.estimate`), which itself re-clips to
+        :data:`fedkmeans.privacy.budget.UNDECLARED_MAX_POINTS`.
     clip_covariance, clip_histogram, clip_sums, clip_counts : float
         Client level: bounds on each client's statistic (Frobenius norm of Sigma p p^T,
         l1 of the histogram, Frobenius norm of the K x d sums, l1 of the counts).
@@ -214,10 +219,12 @@ class PrivacyConfig:
         SecAgg noise shares are always secret, whatever this says.
     public_num_clients : int
         The number of clients the user declares public, for the ``auto`` settings
-        (:mod:`fedkmeans.tuning`); 0 = the number of clients that registered, which
-        the choice then treats as public (the server sees who connects, but at client
-        level it differs by one between neighbouring datasets: declare it to keep the
-        choice independent of the federation).
+        (:mod:`fedkmeans.tuning`). 0: at data-point level the registered clients
+        (neighbours differ in one point, not in a client); at client level the noisy
+        count of the estimate round (the exact count is private there).
+    estimate_share : float
+        Share, in (0, 1), of the budget's zCDP rho spent by the estimate round
+        (:mod:`fedkmeans.stages.estimate`) when a setting it estimates is ``auto``.
     """
 
     level: str = "datapoint"
@@ -229,7 +236,7 @@ class PrivacyConfig:
     data_radius: float = 11.0
     count_noise: str = "laplace"
     sampling_rate: float = 1.0
-    max_points_per_client: int = 1000
+    max_points_per_client: int | str = 1000
     clip_covariance: float = 6050.0
     clip_histogram: float = 50.0
     clip_sums: float = 550.0
@@ -242,6 +249,7 @@ class PrivacyConfig:
     aggregation: str = "central"
     reproducible_noise: bool = False
     public_num_clients: int = 0
+    estimate_share: float = 0.05
 
     @property
     def is_private(self) -> bool:

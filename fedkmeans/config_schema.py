@@ -170,8 +170,10 @@ RULES: tuple[Rule, ...] = (
         "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
         "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')"),
         lambda c: c.privacy.count_noise, when=_PRIVATE_SAMPLED),
-    require("privacy.max-points-per-client", at_least(1),
+    require("privacy.max-points-per-client", auto_or(at_least(1)),
             lambda c: c.privacy.max_points_per_client),
+    require("privacy.estimate-share", interval(0, 1, low_open=True, high_open=True),
+            lambda c: c.privacy.estimate_share),
     *(require("privacy." + _key(name), _CLIP, lambda c, n=name: getattr(c.privacy, n))
       for name in ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")),
     require("privacy.min-server-weight", auto_or(Constraint(lambda v: v >= 0, "a float >= 0")),

@@ -8,8 +8,7 @@ import pytest
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
 from fedkmeans.stages import check_runs, feddp_init, release_plan, statistic_bounds
-from fedkmeans.stages.check import check_clip, cost_differences
-from fedkmeans.stages.check import CHOICE_ERROR, CHOICE_STDS
+from fedkmeans.stages.check import CHOICE_ERROR, CHOICE_STDS, check_clip, cost_differences
 
 
 def test_cost_differences_by_hand():

@@ -42,7 +42,8 @@ for _algorithm, _init in (
                                check=_algorithm == "feddp-kmeans"))
 
 __all__ = [
-    "Protocol", "ReleaseRule", "Stage", "Statistic", "check", "estimate", "feddp_init", "kfed", "lloyds",
+    "Protocol", "ReleaseRule", "Stage", "Statistic", "check", "estimate", "feddp_init", "kfed",
+    "lloyds",
     "check_runs", "protocol", "register", "register_protocol", "release_plan", "stage",
     "stage_of_round", "stages", "statistic_bounds", "subscribe",
 ]

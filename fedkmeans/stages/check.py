@@ -51,8 +51,9 @@ from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "check_clip", "check_clip_of", "check_runs",
-           "cost_differences", "final_check", "server_only_centers"]
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "check_clip",
+           "check_clip_of", "check_runs", "cost_differences", "final_check",
+           "server_only_centers"]
 
 
 #: Largest probability that the choice returns the protocol's centers when k-means on the
@@ -120,8 +121,9 @@ def cost_differences(
 
 
 def final_check(ctx, centers: np.ndarray) -> np.ndarray:
-    """The check round: ``centers`` (A) if the noisy cost difference is below
-    ``-CHOICE_STDS`` noise standard deviations, else B.
+    """The check round: ``centers`` (A) if the noisy difference is below ``-z sigma``, else B.
+
+    ``z = CHOICE_STDS``, sigma the release's noise standard deviation.
 
     Records ``{"chosen", "noisy_difference", "threshold", "clip"}`` in ``ctx.check``.
     """

@@ -153,8 +153,10 @@ class PrivateEstimates:
         return None
 
     def outside_fraction(self, radius: float) -> float | None:
-        """Estimated fraction of the points (client level: of a client's points) beyond
-        ``radius``, counting the bin that holds ``radius`` as half beyond it."""
+        """Estimated fraction of the points beyond ``radius`` (client level: per client).
+
+        The bin that holds ``radius`` counts as half beyond it; None without mass.
+        """
         norms = self.part("norms")
         total = float(norms.sum())
         if total <= 0:

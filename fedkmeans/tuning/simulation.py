@@ -203,7 +203,8 @@ def simulated_federation(
         sizes = rng.integers(1, max_points_per_client + 1, size=simulated)
     else:
         bins = rng.choice(pmf.size, size=simulated, p=pmf)
-        low, high = np.ceil(edges[bins]), np.maximum(np.ceil(edges[bins + 1]) - 1, np.ceil(edges[bins]))
+        low = np.ceil(edges[bins])
+        high = np.maximum(np.ceil(edges[bins + 1]) - 1, low)
         sizes = np.minimum(low + np.floor(rng.random(simulated) * (high - low + 1)),
                            max_points_per_client).astype(np.int64)
     mixes = rng.dirichlet(np.full(present.size, CLIENT_ALPHA), size=simulated)
