@@ -258,9 +258,9 @@ def _client_ids(path: Path, column: pd.Series, name: str) -> np.ndarray:
     """Client ids of a client column: integers as they are, strings in sorted order."""
     import pandas as pd
 
-    empty = column.isna().to_numpy()
+    empty = column.isna().to_numpy(dtype=bool, copy=True)
     if column.dtype.kind in "OUS" or isinstance(column.dtype, pd.StringDtype):
-        empty |= column.astype(str).str.strip().eq("").to_numpy()
+        empty |= column.astype(str).str.strip().eq("").to_numpy(dtype=bool)
     if empty.any():
         raise DataFileError(path, f"column {name!r} has {int(empty.sum())} empty cell(s): every "
                                   "row needs its client id")
