@@ -383,3 +383,51 @@ def test_a_csv_without_client_column_on_the_flower_engine(tmp_path):
     inprocess = run([*common, f"output-dir={tmp_path / 'inprocess'}"])
     assert flower["federation"]["num_clients"] == 8
     np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
+
+
+# ---- docs/own-data.md: its code blocks run as written --------------------------------
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
+
+
+def _blocks(language: str) -> list[str]:
+    import re
+
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def _command(line: str, cwd: Path):
+    import shlex
+    import subprocess
+    import sys
+
+    args = shlex.split(line)
+    assert args[:3] == ["python", "-m", "fedkmeans.experiment"], line
+    return subprocess.run([sys.executable, *args[1:]], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_worked_example_of_docs_own_data_runs_as_written(tmp_path):
+    import subprocess
+    import sys
+
+    (python,), commands = _blocks("python"), _blocks("bash")
+    subprocess.run([sys.executable, "-c", python], cwd=tmp_path, check=True, timeout=120)
+    assert (tmp_path / "clients.csv").is_file() and len(commands) == 2
+    results = []
+    for command in commands:
+        proc = _command(command.strip(), tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(json.loads(Path(proc.stdout.strip().splitlines()[-1]).read_text()))
+    assert results[0]["metrics"]["num_points"] == 810  # as the page says
+    assert results[0]["federation"]["num_clients"] == 30
+    assert results[1]["federation"]["num_clients"] == 20
+    for result in results:
+        assert result["metrics"]["accuracy"] is not None
+    (text,) = _blocks("text")
+    lines = text.strip().splitlines()
+    for command, expected in zip(lines[::2], lines[1::2], strict=True):
+        proc = _command(command.removeprefix("$ "), tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().startswith(expected.split(" (options: ...)")[0]), (
+            proc.stderr)

@@ -409,9 +409,10 @@ def _match_server(data: _Read, server: _Read, path: Path, data_path: Path) -> np
         missing = [c for c in data.columns if c not in server.columns]
         extra = [c for c in server.columns if c not in data.columns]
         if missing or extra:
+            diff = "; ".join(f"{what} {_names(names)}" for what, names in (
+                ("missing", missing), ("extra", extra)) if names)
             raise DataFileError(path, f"has d={d_server} feature columns but the data file "
-                                      f"{data_path.name} has d={d}: missing {_names(missing)}"
-                                      f", extra {_names(extra)}")
+                                      f"{data_path.name} has d={d}: {diff}")
         order = [server.columns.index(c) for c in data.columns]
         return server.x[:, order]
     if d_server != d:
