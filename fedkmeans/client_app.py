@@ -58,6 +58,7 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
     run_key = tuple(sorted(run_config.items()))
     if _RUN_KEY != [run_key]:  # a new run: forget the previous run's data
         _NODES.clear()
+        forget_clipping_warning()
         _RUN_KEY[:] = [run_key]
     key = (partition_id, num_partitions, data_path)
     if key in _NODES:
@@ -72,6 +73,13 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
         while len(_NODES) > 1 and held > budget:
             held -= _NODES.popitem(last=False)[1].nbytes
     return node
+
+
+def forget_clipping_warning() -> None:
+    """Let the next node that clips warn again (one warning per run and process)."""
+    from fedkmeans import node
+
+    node._CLIP_WARNED.clear()
 
 
 def forget_nodes() -> None:

@@ -41,6 +41,8 @@ from fedkmeans.seeding import integer_seed
 from fedkmeans.stages import statistic_bounds
 
 LOG = logging.getLogger(__name__)
+#: Partitions that logged clipping in this process (the first one warns).
+_CLIP_WARNED: list[int] = []
 
 
 @dataclass
@@ -63,6 +65,9 @@ class NodeData:
     data_path: str = ""
     #: Clients with points clipped to the data radius (evaluation reloads only those).
     clipped_clients: frozenset[int] = frozenset()
+    #: Each client's points' norms before the clip to the data radius (the estimate
+    #: round's norm histogram); absent: the points' own norms.
+    raw_norms: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         """Keep the hosted points in one array, client after client (``client_ids``).
@@ -89,7 +94,7 @@ class NodeData:
     ) -> NodeData:
         """Load only this node's clients (never another node's data)."""
         ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
-        points, labels = {}, {}
+        points, labels, raw_norms = {}, {}, {}
         radius = config.privacy.data_radius
         clipped = total = 0
         clipped_clients = set()
@@ -97,22 +102,29 @@ class NodeData:
             x, y = data_access.load_client(config, cid, data_path)
             total += x.shape[0]
             if config.is_private and radius != AUTO:  # auto: registration only
-                outside = int((np.linalg.norm(x, axis=1) > radius).sum())
+                norms = np.linalg.norm(x, axis=1)
+                outside = int((norms > radius).sum())
                 if outside:
                     x = clip_rows_l2(x, radius)
                     clipped += outside
                     clipped_clients.add(cid)
+                    raw_norms[cid] = norms
             points[cid], labels[cid] = x, y
         if clipped:
-            # the node's own debug log (the operator's); this count never goes to the
-            # server, whose one summary line per run comes from the estimate round
-            LOG.debug(
+            # the node's own log (the operator's); this count never goes to the server.
+            # One warning per process: a simulation's nodes share a few processes, and
+            # the server's summary line comes from the estimate round's release.
+            log = LOG.debug if _CLIP_WARNED else LOG.warning
+            _CLIP_WARNED.append(partition_id)
+            log(
                 "node %d: %d of %d points (%.1f%%) lie outside privacy.data-radius = %g and "
-                "were clipped onto it%s", partition_id, clipped, total, 100 * clipped / total,
+                "were clipped onto it%s%s", partition_id, clipped, total, 100 * clipped / total,
                 radius, " -- every point: is data-radius far too small for this data?"
                 if clipped == total else "",
+                "" if log is LOG.debug else " (other nodes of this process log at DEBUG)",
             )
-        return cls(config, ids, points, labels, data_path, frozenset(clipped_clients))
+        return cls(config, ids, points, labels, data_path, frozenset(clipped_clients),
+                   raw_norms)
 
     @property
     def nbytes(self) -> int:
@@ -246,13 +258,18 @@ class NodeData:
     def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """The estimate round: each client's row of public-bin histograms, (m, width).
 
-        :func:`~fedkmeans.stages.estimate.client_rows` of the clients' sizes, point
-        norms and (client level) ``||X^T X||_F`` of their points as loaded; at client
-        level each row is then clipped to the stage's bound (a no-op for honest rows).
+        :func:`~fedkmeans.stages.estimate.client_rows` of the clients' sizes, their
+        points' norms before the clip to the data radius (so the server can tell how
+        many points a declared radius clips) and, at client level, ``||X^T X||_F`` of
+        their points as loaded; at client level each row is then clipped to the
+        stage's bound (a no-op for honest rows).
         """
         from fedkmeans.stages.estimate import client_rows
 
-        x, owner = self._pooled(clients)
+        _, owner = self._pooled(clients)
+        norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
+                                else np.linalg.norm(self.points[c], axis=1) for c in clients]
+                               or [np.zeros(0)])
         sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
         moments = None
         level = self.config.privacy.level
@@ -260,7 +277,7 @@ class NodeData:
             weights = triangle_weights(self.dim)
             triangles = self.raw_covariance_triangles(clients)
             moments = np.sqrt(np.maximum(triangles**2 @ weights, 0.0))
-        rows = client_rows(sizes, moments, np.linalg.norm(x, axis=1), owner, level=level)
+        rows = client_rows(sizes, moments, norms, owner, level=level)
         return {"estimates": self._clip_rows("estimates", rows)}
 
     def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:

@@ -124,13 +124,17 @@ def test_every_group_option_composes_and_validates(option):
 
 
 def test_groups_set_flat_keys_and_values_override_groups():
-    flat = _flat_hydra(["algorithm=server-lloyds", "privacy=client", "privacy.epsilon=0.4"])
+    flat = _flat_hydra(["algorithm=server-lloyds", "privacy=client", "privacy.epsilon=0.4",
+                        "tuning=none"])
     config = parse_config(flat)
     assert config.algorithm == "server-lloyds" and config.privacy.lloyds_steps == 2
     assert config.privacy.level == "client" and config.privacy.split == (0.35, 0.1, 0.45, 0.1)
     assert config.privacy.epsilon == 0.4
     flat = _flat_hydra(["algorithm=server-lloyds", "privacy.lloyds-steps=5"])
     assert parse_config(flat).privacy.lloyds_steps == 5  # a value beats the group preset
+    # tuning=auto (the default) comes last: it replaces the groups' hand settings
+    flat = _flat_hydra(["algorithm=server-lloyds", "privacy=client"])
+    assert flat["privacy.lloyds-steps"] == flat["privacy.split"] == "auto"
 
 
 @pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF / "sweep").glob("*.yaml")))

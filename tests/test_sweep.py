@@ -33,7 +33,8 @@ def _sweep(
 
 
 def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
-    proc, rows = _sweep(tmp_path, "privacy.epsilon=1,4", "algorithm=feddp-kmeans,server-lloyds")
+    proc, rows = _sweep(tmp_path, "privacy.epsilon=1,4", "algorithm=feddp-kmeans,server-lloyds",
+                        "tuning=none")
     assert len(rows) == 4
     assert list(rows[0]) == columns()
     assert {r["status"] for r in rows} == {"ok"}
@@ -53,7 +54,7 @@ def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
     assert "[sweep] 4 jobs" in proc.stdout
     assert "[sweep] 4/4 jobs done (0 failed)" in proc.stdout and "ETA" in proc.stdout
     # extending the sweep into the same directory adds rows and reuses no other job's dir
-    proc, rows = _sweep(tmp_path, "privacy.epsilon=2,4", "algorithm=feddp-kmeans")
+    proc, rows = _sweep(tmp_path, "privacy.epsilon=2,4", "algorithm=feddp-kmeans", "tuning=none")
     assert [r["status"] for r in rows] == ["ok"] * 6
     assert "[sweep] 2/2 jobs done (0 failed)" in proc.stdout
     by_dir = {}
