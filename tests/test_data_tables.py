@@ -215,6 +215,19 @@ def test_features_select_columns_and_the_label_is_never_a_feature(tmp_path):
     assert everything.x.shape[1] == 3  # f1, f2, extra; not client, not label
 
 
+def test_tsv_gzip_and_a_set_delimiter_read_the_same_table(tmp_path):
+    frame = _frame()
+    base = load_file(_write(frame, tmp_path / "d.csv"), _settings())
+    frame.to_csv(tmp_path / "d.tsv", sep="\t", index=False)
+    frame.to_csv(tmp_path / "d.csv.gz", index=False)
+    frame.to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    for name, settings in (("d.tsv", _settings()), ("d.csv.gz", _settings()),
+                           ("semi.csv", _settings(delimiter=";"))):
+        other = load_file(tmp_path / name, settings)
+        np.testing.assert_array_equal(other.x, base.x)
+        np.testing.assert_array_equal(other.client, base.client)
+
+
 def test_npz_files_load_as_before(tmp_path):
     frame, server = _frame(), _server()
     path = save_npz(tmp_path / "d.npz", x=frame[["f1", "f2"]].to_numpy(),
@@ -325,6 +338,11 @@ MALFORMED = {
     "more-clients-than-rows": (_table(lambda f: f.drop(columns="client").iloc[:12]),
                                [SERVER, "partitioner=iid", "data.num-clients=50"],
                                "has 10 client rows, fewer than data.num-clients=50"),
+    "dirichlet-empty-client": (
+        _table(lambda f: f.drop(columns="client").iloc[:12]),
+        [SERVER, "partitioner=dirichlet", "data.label-column=label", "data.num-clients=10",
+         "data.dirichlet-alpha=0.01"], "partitioner=dirichlet left a client without rows"),
+    "npz-not-an-archive": (_file("data.npz", "hello"), [], "is not an .npz archive"),
     "npz-without-client": (_npz(x=X2, server_x=X2), [], "has no key 'client'"),
     "npz-unknown-key": (_npz(x=X2, client=np.arange(6), server_x=X2, z=X2), [],
                         "has unknown key(s) ['z']"),
