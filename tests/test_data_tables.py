@@ -390,17 +390,26 @@ def test_a_partitioner_needs_a_data_file():
         run(["partitioner=iid"])
 
 
+FLOWER_CASES = [("csv", False, "dirichlet"), ("parquet", True, "natural-id"),
+                ("npz", False, "iid")]
+
+
 @pytest.mark.flower
 @pytest.mark.slow
-def test_a_csv_without_client_column_on_the_flower_engine(tmp_path):
+@pytest.mark.parametrize("fmt, with_client, partitioner", FLOWER_CASES,
+                         ids=["-".join(map(str, c)) for c in FLOWER_CASES])
+def test_a_data_file_on_the_flower_engine(tmp_path, fmt, with_client, partitioner):
     """`flwr run` on Ray: every SuperNode splits the file alike (same bits as in-process)."""
-    path = _write(_frame().drop(columns="client"), tmp_path / "data.csv")
-    common = [*RUN, f"data.path={path}", SERVER, "partitioner=dirichlet",
-              "data.label-column=label", "privacy.reproducible-noise=true"]
+    path, server = _files(tmp_path, fmt, with_client)
+    before = {p: _digest(p) for p in tmp_path.iterdir()}
+    common = [*RUN, f"data.path={path}", *server, f"partitioner={partitioner}",
+              "privacy.reproducible-noise=true"]
     flower = run([*common, "federation.engine=flower", f"output-dir={tmp_path / 'flower'}"])
     inprocess = run([*common, f"output-dir={tmp_path / 'inprocess'}"])
-    assert flower["federation"]["num_clients"] == 8
+    assert flower["federation"]["num_clients"] == (CLIENTS if with_client else 8)
+    assert flower["metrics"]["num_points"] == ROWS
     np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
+    assert {p: _digest(p) for p in before} == before
 
 
 # ---- docs/own-data.md: its code blocks run as written --------------------------------
