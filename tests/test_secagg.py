@@ -394,3 +394,33 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
         assert cosine >= 0.99
     else:  # chance in d = 60: |cos| ~ 0.10 (sd 0.13); 0.4 is 3 sd
         assert cosine <= 0.4, cosine
+
+
+# -- the defaults (tuning=auto: estimate round, final private choice) under SecAgg -------
+def test_the_defaults_under_secagg_are_refused_in_one_line_before_any_release(tmp_path):
+    """Laplace counts (the default) cannot be split into noise shares: refused up front."""
+    from fedkmeans.config import ConfigError
+    from fedkmeans.experiment import run
+
+    with pytest.raises(ConfigError, match="privacy.count-noise") as refused:
+        run(["privacy.aggregation=secagg", f"output-dir={tmp_path / 'out'}"])
+    assert "\n" not in str(refused.value) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine", [
+    "inprocess", pytest.param("flower", marks=[pytest.mark.flower, pytest.mark.slow])])
+def test_the_defaults_with_gaussian_counts_complete_under_secagg(small_config, tmp_path, engine):
+    """Every stage of a default run (estimate round, FedDP-Init, the final choice) sums
+    under SecAgg+: the run completes within the target on both engines."""
+    from fedkmeans.experiment import run
+
+    small = [f"{key}={value}" for key, value in small_config.items()
+             if key not in ("output-dir", "privacy.data-radius", "privacy.max-points-per-client")]
+    result = run([*small, "privacy.aggregation=secagg", "privacy.count-noise=gaussian",
+                  f"federation.engine={engine}", f"output-dir={tmp_path / engine}"])
+    stages = [r["stage"] for r in result["privacy"]["releases"]]
+    assert stages[0] == "estimate/estimates" and stages[-1] == "check/cost_difference"
+    rounds = {r["round"] for r in result["privacy"]["secagg"]["rounds"]}
+    assert {"estimate", "init-1", "check"} <= rounds
+    assert 0 < result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
+    assert "zero-out one client" not in result["privacy"]["accountant"]  # data-point level

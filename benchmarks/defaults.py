@@ -1,0 +1,201 @@
+"""Only the data set and k: every other setting at its default (tuning=auto), issue 25.
+
+    python benchmarks/defaults.py                  # every set, both levels, 5 seeds
+    python benchmarks/defaults.py --sets digits20 --seeds 2 --epsilons 1 --workers 2
+    python benchmarks/defaults.py --from-csv       # redraw docs/results/defaults.md
+
+Each set is ``dataset=<name>`` (its preset gives k and the server's data) plus nothing
+else: the estimate round, the simulation's choices and the final private choice are
+the defaults. ``digits20`` is scikit-learn's digits split into 20 label-skewed clients
+with 150 server points. For each set, level, epsilon and seed 0..S-1 the run's cost
+ratio (cost / cost of non-private k-means on the pooled client data) is recorded, and
+once per seed k-means on the server's data alone (``server-lloyds``, no private round).
+The paper mixture is measured at its acceptance cells (data-point epsilon 1 and 0.25;
+client level, ``dataset=mixture-client``, epsilon 3 and 1).
+
+Writes docs/results/defaults.{csv,md}: per set and level the median ratio by epsilon,
+the median over the server-alone median, and each acceptance line of the issue,
+evaluated on these rows (met / missed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from results_table import write_csv
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
+EPSILONS = {"datapoint": (0.25, 0.5, 1.0, 2.0, 4.0), "client": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0)}
+#: set name -> the overrides that make it (nothing but the data set).
+SETS = {
+    "digits20": ["dataset=digits", "data.num-clients=20"],
+    "digits": ["dataset=digits"],
+    "diamonds": ["dataset=diamonds"],
+    "mplsstops": ["dataset=mplsstops"],
+    "nycflights": ["dataset=nycflights"],
+}
+#: The paper mixture's acceptance cells: (set, level, epsilon, bar).
+MIXTURE = (("mixture", "datapoint", 1.0, 1.002), ("mixture", "datapoint", 0.25, 1.03),
+           ("mixture-client", "client", 3.0, 1.01), ("mixture-client", "client", 1.0, 1.10))
+
+
+def one_job(job: tuple) -> dict:
+    from fedkmeans.experiment import run
+
+    name, overrides, level, eps, setting, seed, out_dir = job
+    args = [*overrides, f"privacy.level={level}", f"privacy.epsilon={eps}", f"seed={seed}",
+            f"output-dir={out_dir}"]
+    if setting == "server":
+        args += ["algorithm=server-lloyds", "tuning=none", "privacy.lloyds-steps=0"]
+    start = time.perf_counter()
+    result = run(args)
+    timings = result["timings"]
+    protocol_s = sum(v for k, v in timings.items()
+                     if k.startswith(("init-", "lloyds-", "check")))
+    return {
+        "set": name, "level": level, "epsilon": eps, "setting": setting, "seed": seed,
+        "cost_ratio": result["metrics"]["cost_ratio"],
+        "spent_epsilon": result["privacy"]["epsilon"],
+        "centers_from": result.get("centers_from", ""),
+        "num_clients": result["federation"]["num_clients"],
+        "num_points": result["metrics"]["num_points"],
+        "tuning_s": timings.get("tuning", 0.0), "protocol_s": protocol_s,
+        "run_s": timings["total"], "wall_s": time.perf_counter() - start,
+    }
+
+
+def jobs_for(args: argparse.Namespace, tmp: str) -> list[tuple]:
+    jobs: list[tuple] = []
+    for name in args.sets.split(","):
+        if name == "mixture":
+            for set_name, level, eps, _ in MIXTURE:
+                for seed in range(args.seeds):
+                    jobs.append((set_name, [f"dataset={set_name}"], level, eps, "defaults",
+                                 seed, f"{tmp}/{len(jobs)}"))
+            continue
+        for level in args.levels.split(","):
+            epsilons = ([float(e) for e in args.epsilons.split(",")] if args.epsilons
+                        else EPSILONS[level])
+            for eps in epsilons:
+                for seed in range(args.seeds):
+                    jobs.append((name, SETS[name], level, eps, "defaults", seed,
+                                 f"{tmp}/{len(jobs)}"))
+        for seed in range(args.seeds):  # no private round: one run serves every cell
+            jobs.append((name, SETS[name], "datapoint", 1.0, "server", seed,
+                         f"{tmp}/{len(jobs)}"))
+    return jobs
+
+
+def _median(rows: list[dict]) -> float:
+    return statistics.median(r["cost_ratio"] for r in rows) if rows else math.nan
+
+
+def summarise(rows: list[dict]) -> list[str]:
+    """Markdown tables and the acceptance lines evaluated on ``rows``."""
+    lines, checks = [], []
+    for name in dict.fromkeys(r["set"] for r in rows if not r["set"].startswith("mixture")):
+        sel = [r for r in rows if r["set"] == name]
+        server = _median([r for r in sel if r["setting"] == "server"])
+        private = [r for r in sel if r["setting"] == "defaults"]
+        clients, points = private[0]["num_clients"], private[0]["num_points"]
+        lines += [f"### {name} ({clients} clients, {points} points)", "",
+                  f"k-means on the server's data alone: {server:.4f} x optimal (median).", "",
+                  "| level | epsilon | median | / server | protocol's centers kept | "
+                  "tuning s | protocol s |", "|---|---|---|---|---|---|---|"]
+        for level in dict.fromkeys(r["level"] for r in private):
+            medians = []
+            for eps in sorted({r["epsilon"] for r in private if r["level"] == level}):
+                cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
+                med = _median(cell)
+                medians.append((eps, med))
+                kept = sum(r["centers_from"] == "feddp-kmeans" for r in cell)
+                lines.append(
+                    f"| {level} | {eps:g} | {med:.4f} | {med / server:.4f} | {kept}/{len(cell)} "
+                    f"| {statistics.median(r['tuning_s'] for r in cell):.2f} "
+                    f"| {statistics.median(r['protocol_s'] for r in cell):.2f} |")
+                checks.append((f"{name} {level} eps={eps:g}: median <= 1.02 x server alone",
+                               med <= 1.02 * server, f"{med / server:.4f}"))
+                if level == "datapoint" and eps == 1.0 and points >= 10_000:
+                    checks.append((f"{name} data-point eps=1: <= 1.07 x optimal "
+                                   "(>= 10,000 points)", med <= 1.07, f"{med:.4f}"))
+                if level == "client" and eps == 3.0 and clients >= 1000:
+                    checks.append((f"{name} client eps=3: <= 1.25 x optimal "
+                                   "(>= 1,000 clients)", med <= 1.25, f"{med:.4f}"))
+            for (e0, m0), (e1, m1) in zip(medians, medians[1:], strict=False):
+                checks.append((f"{name} {level}: monotone eps {e0:g} -> {e1:g} "
+                               "(median at most 1 % above)", m1 <= 1.01 * m0,
+                               f"{m1 / m0:.4f}"))
+        lines.append("")
+    for set_name, level, eps, bar in MIXTURE:
+        cell = [r for r in rows if (r["set"], r["level"], r["epsilon"]) == (set_name, level, eps)]
+        if not cell:
+            continue
+        worst = max(r["cost_ratio"] for r in cell)
+        what = "every seed" if level == "client" else "median"
+        value = worst if level == "client" else _median(cell)
+        checks.append((f"{set_name} {level} eps={eps:g}: {what} <= {bar}", value <= bar,
+                       f"{value:.4f} ({len(cell)} seeds: "
+                       + ", ".join(f"{r['cost_ratio']:.4f}" for r in cell) + ")"))
+    lines += ["### Acceptance lines (issue 25), evaluated on these rows", "",
+              "| line | met | value |", "|---|---|---|"]
+    lines += [f"| {text} | {'yes' if ok else '**no**'} | {value} |" for text, ok, value in checks]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sets", default=",".join(["mixture", *SETS]))
+    parser.add_argument("--levels", default="datapoint,client")
+    parser.add_argument("--epsilons", default="", help="comma-separated (default: all)")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--name", default="defaults")
+    parser.add_argument("--from-csv", action="store_true")
+    args = parser.parse_args()
+    path = OUT / f"{args.name}.csv"
+    if args.from_csv:
+        rows = read_rows(path)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            jobs = jobs_for(args, tmp)
+            rows, start = [], time.perf_counter()
+            with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+                for row in pool.imap_unordered(one_job, jobs):
+                    rows.append(row)
+                    print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - start:.0f} s] "
+                          + " ".join(f"{k}={row[k]}" for k in (
+                              "set", "level", "epsilon", "setting", "seed", "cost_ratio",
+                              "centers_from")), flush=True)
+        rows.sort(key=lambda r: (r["set"], r["setting"], r["level"], r["epsilon"], r["seed"]))
+        write_csv(path, rows)
+    lines = summarise(rows)
+    (OUT / f"{args.name}.md").write_text(
+        "Measured by `python benchmarks/defaults.py` (secret noise, in-process, "
+        f"{args.workers} worker processes on 2 cores, delta = 1e-6; only the data set and "
+        "its preset's k are given). Cells: median cost / optimal over the seeds.\n\n"
+        + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a written ``<name>.csv``, numbers as numbers."""
+    with path.open() as f:
+        out = []
+        for r in csv.DictReader(f):
+            for key in ("epsilon", "cost_ratio", "tuning_s", "protocol_s", "run_s"):
+                r[key] = float(r[key])
+            for key in ("seed", "num_clients", "num_points"):
+                r[key] = int(r[key])
+            out.append(r)
+        return out
+
+
+if __name__ == "__main__":
+    main()
