@@ -125,3 +125,22 @@ def test_declared_settings_cost_nothing(small_config):
     result = run_flat({**small_config, "privacy.epsilon": 1.0})  # the paper's hand settings
     assert all(not r["stage"].startswith("estimate") for r in result["privacy"]["releases"])
     assert "tuning" not in result
+
+
+def test_a_noise_bin_alone_never_sets_the_largest_size():
+    # 100 clients of 1,000 points: their size bin hidden below the floor, one noise bin
+    # at 2 points above it (the failure this rule guards against)
+    noisy = np.zeros(WIDTH)
+    sigma = 32.7
+    noisy[SIZE_SLICE.start + 1] = 120.0   # a noise bin at sizes [1.41, 2), above the floor
+    noisy[SIZE_SLICE.start + 19] = 90.0   # the real bin [724, 1024): below the floor
+    noisy[NORM_SLICE.start + 80] = 100_000.0  # the points' total
+    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
+    assert read.largest_size() == 1000  # the mean size, not 2
+    edges, pmf = read.size_distribution()
+    assert pmf[19] == 1.0 and edges[19] <= 1000 < edges[20]
+    # when the bins hold the clients, the top occupied bin's upper edge
+    noisy[SIZE_SLICE.start + 19] = 105.0
+    noisy[SIZE_SLICE.start + 1] = 0.0
+    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
+    assert read.largest_size() == 1024

@@ -132,25 +132,62 @@ class PrivateEstimates:
             return math.nan
         return max(float(self.noisy[NORM_SLICE].sum()), 0.0)
 
-    def size_distribution(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(edges, pmf)`` of the clients' sizes, or None below the noise floor."""
+    def _sizes_usable(self) -> bool:
+        """Whether the size bins above the noise floor describe the clients.
+
+        They must hold at least half the clients and, at data-point level, imply a mean
+        size within a factor 2 of the points' total over the clients. Otherwise most
+        clients sit in bins the noise hides, and what is left may be a noise bin alone
+        (a top bin of 2 points where every client holds 1,000).
+        """
         sizes = self.part("sizes")
-        if sizes.sum() <= 0:
+        if float(sizes.sum()) < 0.5 * self.num_clients:
+            return False
+        mean = self._mean_size()
+        if mean is None:
+            return True
+        edges = bin_edges("sizes")
+        implied = float(sizes @ np.sqrt(edges[:-1] * edges[1:])) / float(sizes.sum())
+        return 0.5 <= implied / mean <= 2.0
+
+    def _mean_size(self) -> float | None:
+        """Data-point level: the points' total over the public number of clients."""
+        if self.level != "datapoint" or not self.total_points > 0:
             return None
-        return bin_edges("sizes"), sizes / sizes.sum()
+        return self.total_points / max(self.num_clients, 1.0)
+
+    def size_distribution(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(edges, pmf)`` of the clients' sizes, or None if the release cannot tell.
+
+        The cleaned size histogram when it holds at least half the clients; else, at
+        data-point level, every client at the mean size (the points' total, whose noise
+        is small, over the public number of clients); else None.
+        """
+        edges = bin_edges("sizes")
+        if self._sizes_usable():
+            sizes = self.part("sizes")
+            return edges, sizes / sizes.sum()
+        mean = self._mean_size()
+        if mean is None:
+            return None
+        pmf = np.zeros(edges.size - 1)
+        pmf[min(int(np.searchsorted(edges, max(mean, 1.0), side="right")) - 1, pmf.size - 1)] = 1
+        return edges, pmf
 
     def largest_size(self) -> int | None:
-        """The largest client size the release shows: the top occupied bin's upper edge.
+        """The largest client size the release shows.
 
-        At data-point level, without an occupied bin, the mean size (the points' total
-        over the public number of clients) rounded up; None if neither is available.
+        The top occupied bin's upper edge when the size bins are usable (they hold at
+        least half the clients); at data-point level never below the mean size (the
+        points' total over the public number of clients), rounded up; None if neither
+        is available.
         """
-        top = self.quantile("sizes", 1.0)
-        if top is not None:
-            return max(1, math.floor(top))
-        if self.level == "datapoint" and self.total_points > 0:
-            return max(1, math.ceil(self.total_points / max(self.num_clients, 1.0)))
-        return None
+        top = self.quantile("sizes", 1.0) if self._sizes_usable() else None
+        mean = self._mean_size()
+        candidates = [math.floor(top)] if top is not None else []
+        if mean is not None:
+            candidates.append(math.ceil(mean))
+        return max(1, *candidates) if candidates else None
 
     def outside_fraction(self, radius: float) -> float | None:
         """Estimated fraction of the points beyond ``radius`` (client level: per client).
