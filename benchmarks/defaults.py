@@ -100,6 +100,7 @@ def _median(rows: list[dict]) -> float:
 def summarise(rows: list[dict]) -> list[str]:
     """Markdown tables and the acceptance lines evaluated on ``rows``."""
     lines, checks = [], []
+    totals = [0, 0]  # private runs worse than their seed's server-only answer, runs
     for name in dict.fromkeys(r["set"] for r in rows if not r["set"].startswith("mixture")):
         sel = [r for r in rows if r["set"] == name]
         server = _median([r for r in sel if r["setting"] == "server"])
@@ -132,7 +133,18 @@ def summarise(rows: list[dict]) -> list[str]:
                 checks.append((f"{name} {level}: monotone eps {e0:g} -> {e1:g} "
                                "(median at most 1 % above)", m1 <= 1.01 * m0,
                                f"{m1 / m0:.4f}"))
-        lines.append("")
+        by_seed = {r["seed"]: r["cost_ratio"] for r in sel if r["setting"] == "server"}
+        paired = [(r["cost_ratio"], by_seed[r["seed"]]) for r in private if r["seed"] in by_seed]
+        worse = [ours / theirs for ours, theirs in paired if ours > theirs * (1 + 1e-9)]
+        lines += ["", f"Runs worse than the same seed's server-only answer: {len(worse)} of "
+                  f"{len(paired)}" + (f" (at most {max(worse):.4f} x it)." if worse else "."),
+                  ""]
+        totals[0] += len(worse)
+        totals[1] += len(paired)
+    if totals[1]:
+        checks.append(("final private choice: runs worse than their seed's server-only "
+                       "answer (bound: at most 5 % in expectation)", totals[0] <= 0.05 * totals[1],
+                       f"{totals[0]} of {totals[1]}"))
     for set_name, level, eps, bar in MIXTURE:
         cell = [r for r in rows if (r["set"], r["level"], r["epsilon"]) == (set_name, level, eps)]
         if not cell:
