@@ -184,11 +184,12 @@ class PrivacyConfig:
         server's estimate in step 3, the previous center in Lloyds).
     check_share : float
         FedDP-KMeans only: budget weight, on the scale of ``split``, of the final
-        private check (:mod:`fedkmeans.stages.check`): the clients' clipped cost
+        private choice (:mod:`fedkmeans.stages.check`): the clients' clipped cost
         difference between the protocol's centers and k-means on the server's data
-        alone, released with Gaussian noise; the run answers with the cheaper. 0 = no
-        check; ``auto``: :mod:`fedkmeans.tuning` turns it on when the public
-        simulation cannot tell the two apart.
+        alone, released with Gaussian noise; the protocol's centers are returned only
+        if the noisy difference is below -1.645 noise standard deviations. 0 = no
+        choice; ``auto`` (the default with ``tuning=auto``): 10 % of the budget on every
+        private run with a fixed k.
     check_clip : float
         The check's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
         mean squared distance of the server's points to the server-only centers B.

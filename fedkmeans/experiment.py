@@ -138,9 +138,10 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
     config = preflight(flat)  # one clear error before any client data is touched
     flat = config.to_flat()
     if not flat["output-dir"]:
+        # the CLI's run directory (conf/config.yaml, hydra.run.dir), with a fresh id
         flat["output-dir"] = str(
-            Path.cwd().resolve() / "outputs" / f"{time.strftime('%Y%m%d-%H%M%S')}-"
-            f"{uuid.uuid4().hex[:6]}"
+            Path.cwd().resolve() / "outputs" / time.strftime("%Y-%m-%d")
+            / f"{time.strftime('%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
         )
     check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
     if config.federation.engine != "inprocess" and (

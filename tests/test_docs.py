@@ -37,12 +37,6 @@ RESULTS = ROOT / "docs" / "results"
 #: Fence languages that are code: each such block runs or carries a marker.
 CODE = {"python", "bash", "sh", "shell", "console"}
 MARKER = re.compile(r"<!--\s*(not-run|tested-by):\s*(.+?)\s*-->")
-#: Pages another engineer is rewriting, whose unmarked blocks are skipped (visibly)
-#: until the markers land. Remove an entry once its page has them.
-PENDING: dict[str, str] = {
-    "architecture.md": "its toy-stage excerpt of tests/test_stages.py needs "
-                       "<!-- tested-by: tests/test_stages.py --> (page being rewritten)",
-}
 
 
 def _rel(path: Path) -> str:
@@ -238,8 +232,6 @@ def test_every_code_block_runs_or_says_why_not():
     problems = []
     for block in _code_blocks():
         if block.marker is None:
-            if block.page.name in PENDING:
-                continue
             if block.language != "python" and _commands(block) is None:
                 problems.append(f"{block.name}: a {block.language} block that runs "
                                 "something other than `python -m fedkmeans.experiment`; "
@@ -254,17 +246,6 @@ def test_every_code_block_runs_or_says_why_not():
         elif len(reason) < 10:
             problems.append(f"{block.name}: not-run needs a reason")
     assert problems == []
-
-
-def test_pending_pages_are_still_unmarked():
-    """A reminder: once a pending page marks its blocks, drop it from PENDING."""
-    for name, why in PENDING.items():
-        unmarked = [b for b in blocks(ROOT / "docs" / name)
-                    if b.language in CODE and b.marker is None]
-        if not unmarked:
-            pytest.fail(f"docs/{name} marks all its blocks now: remove it from PENDING")
-        for block in unmarked:
-            print(f"skipped {block.name}: {why}")
 
 
 def _commands(block: Block) -> list[list[str]] | None:
@@ -349,7 +330,7 @@ def test_the_readme_default_run_runs_as_written(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in DOCS if p.name not in PENDING], ids=_rel)
+@pytest.mark.parametrize("page", DOCS, ids=_rel)
 def test_the_docs_blocks_run_as_written(page, tmp_path):
     """Every unmarked block of every docs page (the Python API's block in running.md)."""
     run_blocks(page, tmp_path)

@@ -124,3 +124,14 @@ def test_the_feddp_kmeans_plan_is_its_stages_releases_in_order():
 def test_a_second_stage_under_a_taken_name_is_refused():
     with pytest.raises(ValueError, match="already registered as 'energy'"):
         register(Stage("energy", "other", (ENERGY,), client=TOY.client, server=total_energy))
+
+
+def test_the_worked_example_of_the_architecture_page_is_this_file():
+    """docs/architecture.md quotes the toy stage above verbatim (its worked example)."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    block = page.split("<!-- tested-by: tests/test_stages.py -->\n```python\n", 1)[1]
+    block = block.split("```", 1)[0]
+    assert "TOY = register(Stage(" in block
+    assert block in Path(__file__).read_text()
