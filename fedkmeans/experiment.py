@@ -121,12 +121,12 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
     if config.data.name == "npz":
         raw = str(flat.get("data.path", "") or "")
         if not raw:
-            raise ConfigError("config key 'data.path' must name an existing .npz file when "
-                              "data.name='npz', got ''")
+            raise ConfigError("config key 'data.path' must name an existing data file (.csv, "
+                              ".tsv, .parquet or .npz) when data.name='npz', got ''")
         path = Path(raw).expanduser().resolve()
         if not path.is_file():
-            raise ConfigError(f"config key 'data.path' must name an existing .npz file, got "
-                              f"{raw!r} (resolved to {path})")
+            raise ConfigError(f"config key 'data.path' must name an existing data file (.csv, "
+                              f".tsv, .parquet or .npz), got {raw!r} (resolved to {path})")
         config = parse_config({**flat, "data.path": str(path)})
     server_points = data_access.load_server(config)[0].shape[0]
     check_server_points(config, server_points)

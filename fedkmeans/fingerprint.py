@@ -73,11 +73,13 @@ def data_fingerprint(config: ExperimentConfig) -> dict[str, Any]:
     params["seed"] = flat["seed"]
     files = []
     if config.data.name == "npz" and config.data.path:
-        path = Path(config.data.path).expanduser()
-        files.append({
-            "path": str(config.data.path),
-            "sha256": file_sha256(path) if path.is_file() else None,
-        })
+        paths = [Path(config.data.path).expanduser()]
+        if config.data.server_path:  # the server's own file is part of the data too
+            from fedkmeans.data.tables import server_file
+
+            paths.append(server_file(config.data.path, config.data.server_path))
+        files += [{"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}
+                  for path in paths]
     packages = []
     if config.data.name in REAL_DATASETS:
         name = REAL_DATASETS[config.data.name]

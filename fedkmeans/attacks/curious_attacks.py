@@ -58,7 +58,7 @@ class GroundTruth:
         """Every client id of the simulated federation."""
         if self.config.data.name == "mixture":
             return list(range(self.config.data.num_clients))
-        return data_access._npz(self.config.data.path).client_ids().astype(int).tolist()
+        return data_access.node_client_ids(self.config, 0, 1).astype(int).tolist()
 
     def points(self, cid: int) -> np.ndarray:
         """Client ``cid``'s points as its node holds them (clipped to Delta if private)."""
