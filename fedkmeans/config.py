@@ -39,6 +39,17 @@ AUTO_KEYS = (
     "split", "lloyds_steps", "min_server_weight", "min_cluster_count", "check_share",
     "check_clip", "extra_centers",
 )
+#: The paper's hand settings of the ``auto`` keys (``tuning=none``, conf/config.yaml), by
+#: attribute; the thresholds and the check's clip have none (they stay ``auto``).
+HAND_SETTINGS = {
+    "data_radius": 11.0, "max_points_per_client": 1000, "clip_covariance": 6050.0,
+    "clip_histogram": 50.0, "clip_sums": 550.0, "clip_counts": 50.0,
+    "split": (0.2, 0.2, 0.45, 0.15), "lloyds_steps": 0, "check_share": 0.0,
+    "extra_centers": 0,
+}
+#: :data:`HAND_SETTINGS` as flat keys (``privacy.split`` ...), for configs that plan
+#: releases without resolving ``auto`` (the audits).
+HAND_FLAT = {"privacy." + name.replace("_", "-"): value for name, value in HAND_SETTINGS.items()}
 #: The settings nodes clip with: when ``auto``, the server resolves them and sends the
 #: values with every request.
 CLIENT_KEYS = ("data_radius", "max_points_per_client", "clip_covariance", "clip_histogram",
@@ -231,22 +242,22 @@ class PrivacyConfig:
     level: str = "datapoint"
     epsilon: float = 1.0
     delta: float = 1e-6
-    split: tuple[float, ...] = (0.2, 0.2, 0.45, 0.15)
+    split: tuple[float, ...] | str = AUTO
     lloyds_split: tuple[float, ...] = (0.45, 0.15)
-    lloyds_steps: int = 0
-    data_radius: float = 11.0
+    lloyds_steps: int | str = AUTO
+    data_radius: float | str = AUTO
     count_noise: str = "laplace"
     sampling_rate: float = 1.0
-    max_points_per_client: int | str = 1000
-    clip_covariance: float = 6050.0
-    clip_histogram: float = 50.0
-    clip_sums: float = 550.0
-    clip_counts: float = 50.0
+    max_points_per_client: int | str = AUTO
+    clip_covariance: float | str = AUTO
+    clip_histogram: float | str = AUTO
+    clip_sums: float | str = AUTO
+    clip_counts: float | str = AUTO
     min_server_weight: float | str = AUTO
     min_cluster_count: float | str = AUTO
-    check_share: float | str = 0.0
+    check_share: float | str = AUTO
     check_clip: float | str = AUTO
-    extra_centers: int | str = 0
+    extra_centers: int | str = AUTO
     aggregation: str = "central"
     reproducible_noise: bool = False
     public_num_clients: int = 0
@@ -414,8 +425,8 @@ def _coerce(key: str, raw: Any, default: Any) -> Any:
     if key.startswith("privacy.") and key[8:].replace("-", "_") in AUTO_KEYS:
         if isinstance(raw, str) and raw.strip().lower() == AUTO:
             return AUTO
-        if default == AUTO:  # a number for a threshold (the only settings auto by default)
-            default = 0.0
+        if default == AUTO:  # a number: of the type of the paper's hand setting
+            default = HAND_SETTINGS.get(key[8:].replace("-", "_"), 0.0)
     try:
         if isinstance(default, bool):
             if isinstance(raw, str):

@@ -5,7 +5,23 @@ import os
 import numpy as np
 import pytest
 
+#: The paper's hand settings (tuning=none) as flat keys, for unit tests that build a
+#: config and plan without resolving anything (the defaults are `auto`).
+PAPER = {
+    "privacy.split": "0.2,0.2,0.45,0.15",
+    "privacy.lloyds-steps": 0,
+    "privacy.data-radius": 11.0,
+    "privacy.max-points-per-client": 1000,
+    "privacy.clip-covariance": 6050.0,
+    "privacy.clip-histogram": 50.0,
+    "privacy.clip-sums": 550.0,
+    "privacy.clip-counts": 50.0,
+    "privacy.check-share": 0.0,
+    "privacy.extra-centers": 0,
+}
+
 SMALL = {
+    **PAPER,
     "data.dim": 8,
     "data.components": 4,
     "k": 4,

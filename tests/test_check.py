@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import PAPER
 
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
@@ -33,7 +34,7 @@ def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers()
     ("client", 30 * 0.5, 30 * 0.5),  # one client: |D_j| <= tau * clip-counts
 ])
 def test_the_check_sensitivity(level, sensitivity, server_bound):
-    privacy = parse_config({"privacy.level": level, "privacy.check-clip": 0.5,
+    privacy = parse_config({**PAPER, "privacy.level": level, "privacy.check-clip": 0.5,
                             "privacy.clip-counts": 30.0, "privacy.check-share": 0.1,
                             "privacy.max-points-per-client": 40}).privacy
     bound = statistic_bounds(privacy)["cost_difference"]
@@ -44,10 +45,11 @@ def test_the_check_sensitivity(level, sensitivity, server_bound):
 
 
 def test_no_check_without_noise_or_without_a_share():
-    assert not check_runs(parse_config({"privacy.check-share": 0.1,
+    assert not check_runs(parse_config({**PAPER, "privacy.check-share": 0.1,
                                         "privacy.epsilon": "inf"}).privacy)
-    assert not check_runs(parse_config({}).privacy)
-    names = [r.stage for r in release_plan("feddp-kmeans", parse_config({}).privacy)]
+    assert not check_runs(parse_config(PAPER).privacy)
+    assert not check_runs(parse_config({}).privacy)  # auto: resolved before any plan
+    names = [r.stage for r in release_plan("feddp-kmeans", parse_config(PAPER).privacy)]
     assert not any(name.startswith("check") for name in names)
 
 

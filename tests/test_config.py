@@ -9,6 +9,7 @@ import tomli
 from hydra import compose, initialize_config_module
 
 from fedkmeans.config import (
+    HAND_SETTINGS,
     ConfigError,
     ExperimentConfig,
     config_keys,
@@ -49,10 +50,13 @@ def test_hydra_pyproject_and_dataclass_defaults_agree():
     auto = {key for key, value in _flat_hydra().items() if value == "auto"}
     assert {"privacy.data-radius", "privacy.max-points-per-client", "privacy.split",
             "privacy.lloyds-steps", "privacy.check-share"} <= auto
-    # the dataclass defaults (run_flat's missing keys) are the paper's hand settings
+    # the dataclass defaults (run_flat's missing keys) are the same
     defaults = ExperimentConfig().to_flat()
-    assert _flat_hydra(["tuning=none"]) == defaults
+    assert _flat_hydra() == defaults
     assert list(defaults) == config_keys()
+    # tuning=none: the paper's hand settings
+    hand = parse_config(_flat_hydra(["tuning=none"])).privacy
+    assert {name: getattr(hand, name) for name in HAND_SETTINGS} == HAND_SETTINGS
 
 
 def test_defaults_parse_and_round_trip():

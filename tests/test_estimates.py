@@ -140,7 +140,21 @@ def test_a_noise_bin_alone_never_sets_the_largest_size():
     edges, pmf = read.size_distribution()
     assert pmf[19] == 1.0 and edges[19] <= 1000 < edges[20]
     # when the bins hold the clients, the top occupied bin's upper edge
-    noisy[SIZE_SLICE.start + 19] = 105.0
+    noisy[SIZE_SLICE.start + 19] = 205.0
     noisy[SIZE_SLICE.start + 1] = 0.0
-    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
+    noisy[NORM_SLICE.start + 80] = 200_000.0
+    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=200)
     assert read.largest_size() == 1024
+    # fewer clients than the noise floor (3.08 sigma = 100.7): the bins are not used
+    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
+    assert not read.usable("sizes") and read.largest_size() == 2000
+
+
+def test_a_noise_bin_alone_never_sets_the_radius():
+    # client level, 60 clients (below the floor of 2 x 18.9 x 3.4): one noise bin at
+    # norm 0.044 above the floor must not become the data radius
+    noisy = np.zeros(WIDTH)
+    noisy[COUNT_SLOT] = 60.0
+    noisy[NORM_SLICE.start + 62] = 140.0
+    read = PrivateEstimates.read(noisy, 37.8, "client", declared=0, registered=60)
+    assert read.quantile("norms", 0.99) is None and read.outside_fraction(1.0) is None

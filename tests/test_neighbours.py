@@ -45,7 +45,7 @@ def _leaves(value, prefix=""):
 def _release(tmp_path, data, clients, name, extra):
     _write(data, clients)
     out = tmp_path / name
-    run(["dataset=npz", f"data.path={data}", "privacy=client", "privacy.epsilon=8",
+    run(["dataset=npz", f"data.path={data}", "privacy=client", "privacy.epsilon=1",
          "k=3", "federation.num-nodes=3", f"output-dir={out}", *extra])
     return _leaves(json.loads((out / "release.json").read_text()))
 

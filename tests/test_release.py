@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import PAPER
 
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.accountant import Release
@@ -10,7 +11,7 @@ from fedkmeans.strategies.replies import Replies
 
 
 def _context(releases, **overrides):
-    config = parse_config({"privacy.level": "client", **overrides})
+    config = parse_config({**PAPER, "privacy.level": "client", **overrides})
     return ServerContext(config=config, pool=None, server_x=np.zeros((1, 1)),
                          releases={r.stage: r for r in releases})
 

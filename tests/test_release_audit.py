@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import PAPER
 
 from fedkmeans.attacks.release_audit import audit_release, legacy_plan
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, planned_releases
@@ -28,7 +29,7 @@ def _quiet():
 
 
 def test_the_issue_example_moves_a_capped_histogram_by_the_recorded_sensitivity():
-    bound = statistic_bounds(parse_config({}).privacy)["histogram"]
+    bound = statistic_bounds(parse_config(PAPER).privacy)["histogram"]
     h = np.zeros(10)
     h[0] = 1000
     h2 = h.copy()

@@ -12,6 +12,7 @@ from fedkmeans.sweep import columns
 
 pytest.importorskip("matplotlib")
 
+from conftest import PAPER  # noqa: E402
 from fedkmeans.report import main, report  # noqa: E402
 
 #: (level, algorithm, epsilon, seed) -> cost ratio; accuracy = 2 - ratio.
@@ -27,7 +28,7 @@ RATIOS = {
 
 
 def _fixture(path: Path) -> Path:
-    defaults = ExperimentConfig().to_flat()
+    defaults = {**ExperimentConfig().to_flat(), **PAPER}  # hand settings: no "(auto)" label
     rows, job = [], 0
     for (level, algorithm, eps), ratios in RATIOS.items():
         for seed, ratio in enumerate(ratios):

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_server_inprocess
+from conftest import PAPER, run_server_inprocess
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Stage
 
@@ -150,7 +150,7 @@ def test_secagg_config_errors_name_the_key(flat, key):
 
 
 def test_secagg_plan_is_all_gaussian():
-    config = parse_config({**SECAGG, "privacy.lloyds-steps": 1})
+    config = parse_config({**PAPER, **SECAGG, "privacy.lloyds-steps": 1})
     plan = release_plan(config.algorithm, config.privacy)
     assert {p.mechanism for p in plan} == {"gaussian"}
     # data-point level: the server's radial l1 clip makes one point move a histogram
@@ -415,7 +415,8 @@ def test_the_defaults_with_gaussian_counts_complete_under_secagg(small_config, t
     from fedkmeans.experiment import run
 
     small = [f"{key}={value}" for key, value in small_config.items()
-             if key not in ("output-dir", "privacy.data-radius", "privacy.max-points-per-client")]
+             if key not in ("output-dir", "privacy.data-radius", "privacy.max-points-per-client",
+                            *PAPER)]
     result = run([*small, "privacy.aggregation=secagg", "privacy.count-noise=gaussian",
                   f"federation.engine={engine}", f"output-dir={tmp_path / engine}"])
     stages = [r["stage"] for r in result["privacy"]["releases"]]

@@ -5,12 +5,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PAPER
 
 from fedkmeans.attacks.resimulation import attack_trials, neighbouring_worlds
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.randomness import PrivateRandomness, secure_generator
 
 FLAT = {
+    **PAPER,
     "data.name": "npz", "k": 4, "privacy.epsilon": 1.0, "privacy.data-radius": 4.0,
     "privacy.max-points-per-client": 40, "privacy.lloyds-steps": 1, "federation.num-nodes": 3,
     "privacy.clip-covariance": 200.0, "privacy.clip-histogram": 40.0,

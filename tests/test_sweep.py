@@ -22,7 +22,8 @@ def _sweep(
     tmp_path: Path, *overrides: str, returncode: int = 0, **env_extra: str
 ) -> tuple[subprocess.CompletedProcess, list[dict]]:
     sweep_dir = tmp_path / "sweep"
-    small = [f"{k}={v}" for k, v in SMALL.items()]
+    small = [f"{k}='{v}'" if ',' in str(v) else f"{k}={v}" for k, v in SMALL.items()
+             if k != "privacy.lloyds-steps"]  # the algorithm group's T preset applies
     cmd = [sys.executable, "-m", "fedkmeans.experiment", "-m",
            f"hydra.sweep.dir={sweep_dir}", *small, *overrides]
     env = {**os.environ, "FEDKMEANS_CACHE_DIR": str(tmp_path / "cache"), **env_extra}

@@ -34,7 +34,8 @@ from fedkmeans.tuning.simulation import (
 from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
-    "data-radius", "clip-covariance", "clip-histogram", "clip-sums", "clip-counts", "split",
+    "data-radius", "max-points-per-client", "clip-covariance", "clip-histogram", "clip-sums",
+    "clip-counts", "split",
     "lloyds-steps", "min-server-weight", "min-cluster-count", "check-share", "check-clip",
     "extra-centers")}
 
@@ -190,7 +191,8 @@ def test_the_choice_reads_nothing_of_the_clients_but_the_estimates(
 
     monkeypatch.setattr(data_access, "load_client", forbidden)
     monkeypatch.setattr(node.NodeData, "load", forbidden)
-    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client",
+                           "privacy.max-points-per-client": 40})
     server_x = np.random.default_rng(0).normal(size=(50, 8))
     estimates = noiseless_estimates("client")
     first, record = resolve_auto(config, server_x, estimates)

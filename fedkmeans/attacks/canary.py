@@ -50,7 +50,7 @@ from fedkmeans.clustering.client_stats import (
     projected_histogram,
     upper_triangle,
 )
-from fedkmeans.config import PrivacyConfig
+from fedkmeans.config import HAND_SETTINGS, PrivacyConfig
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON, PlannedRelease, calibrate
@@ -258,10 +258,10 @@ def canary_game(
     dim, k = check_int("dim", dim, 1), check_int("k", k, 1)
     base_points, seed = check_int("base_points", base_points, 1), check_int("seed", seed, 0)
 
-    privacy = PrivacyConfig(
-        epsilon=epsilon, delta=delta, data_radius=float(data_radius), count_noise=count_noise,
-        lloyds_steps=1,
-    )
+    privacy = PrivacyConfig(**{
+        **HAND_SETTINGS, "epsilon": epsilon, "delta": delta, "data_radius": float(data_radius),
+        "count_noise": count_noise, "lloyds_steps": 1,
+    })
     plan = _planned(mechanism, privacy, budget, under_noise)
     calibrated = {r.stage: r for r in calibrate(plan, epsilon=epsilon, delta=delta)}
     releases = tuple(calibrated[s] for s in _STAGES[mechanism])

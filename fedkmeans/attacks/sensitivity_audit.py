@@ -69,7 +69,7 @@ from uuid import uuid4
 
 import numpy as np
 
-from fedkmeans.config import ExperimentConfig, parse_config
+from fedkmeans.config import HAND_FLAT, ExperimentConfig, parse_config
 from fedkmeans.config_schema import ALGORITHMS
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import Release
@@ -132,6 +132,7 @@ class AuditSetup:
     def flat(self, data_path: str = "", *, sampled: bool = True) -> dict:
         """The flat run config of this setup (``data_path``: the world's ``.npz``)."""
         out = {
+            **HAND_FLAT,  # the paper's settings; the audit plans without resolving `auto`
             "data.name": "npz", "data.path": data_path, "k": self.dim,
             "privacy.level": self.level, "privacy.epsilon": self.epsilon,
             "privacy.delta": self.delta, "privacy.data-radius": self.data_radius,

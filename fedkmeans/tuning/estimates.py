@@ -122,8 +122,27 @@ class PrivateEstimates:
         return cleaned(self.noisy[_PARTS[name]], self.sigma)
 
     def quantile(self, name: str, q: float) -> float | None:
-        """:func:`read_quantile` of part ``name`` (None: no bin above the noise floor)."""
+        """:func:`read_quantile` of part ``name``; None where :meth:`usable` says no."""
+        if not self.usable(name):
+            return None
         return read_quantile(self.part(name), bin_edges(name), q)
+
+    def usable(self, name: str) -> bool:
+        """Whether part ``name``'s bins above the noise floor describe the clients.
+
+        They must hold at least half of the part's mass: the number of clients (each
+        client adds one unit to the sizes, the moments and, at client level, the
+        norms), which must itself clear the noise floor, or at data-point level the
+        norms' own noisy total (the number of points). Otherwise most of the mass sits
+        in bins the noise hides, and what is left may be noise alone (a top size bin of
+        2 points where every client holds 1,000, a radius of 0.04 where points have
+        norm 10).
+        """
+        cleaned_mass = float(self.part(name).sum())
+        if name == "norms" and self.level == "datapoint":
+            return cleaned_mass >= 0.5 * self.total_points > 0
+        floor = self.sigma * float(standard_normal.isf(FLOOR_TAIL / self.part(name).size))
+        return self.num_clients > floor and cleaned_mass >= 0.5 * self.num_clients
 
     @property
     def total_points(self) -> float:
@@ -133,20 +152,17 @@ class PrivateEstimates:
         return max(float(self.noisy[NORM_SLICE].sum()), 0.0)
 
     def _sizes_usable(self) -> bool:
-        """Whether the size bins above the noise floor describe the clients.
+        """Sizes that are :meth:`usable` and, at data-point level, consistent.
 
-        They must hold at least half the clients and, at data-point level, imply a mean
-        size within a factor 2 of the points' total over the clients. Otherwise most
-        clients sit in bins the noise hides, and what is left may be a noise bin alone
-        (a top bin of 2 points where every client holds 1,000).
+        Consistent: their implied mean size is within a factor 2 of the points' total
+        over the clients.
         """
-        sizes = self.part("sizes")
-        if float(sizes.sum()) < 0.5 * self.num_clients:
+        if not self.usable("sizes"):
             return False
         mean = self._mean_size()
         if mean is None:
             return True
-        edges = bin_edges("sizes")
+        sizes, edges = self.part("sizes"), bin_edges("sizes")
         implied = float(sizes @ np.sqrt(edges[:-1] * edges[1:])) / float(sizes.sum())
         return 0.5 <= implied / mean <= 2.0
 
@@ -182,7 +198,8 @@ class PrivateEstimates:
         points' total over the public number of clients), rounded up; None if neither
         is available.
         """
-        top = self.quantile("sizes", 1.0) if self._sizes_usable() else None
+        top = (read_quantile(self.part("sizes"), bin_edges("sizes"), 1.0)
+               if self._sizes_usable() else None)
         mean = self._mean_size()
         candidates = [math.floor(top)] if top is not None else []
         if mean is not None:
@@ -196,7 +213,7 @@ class PrivateEstimates:
         """
         norms = self.part("norms")
         total = float(norms.sum())
-        if total <= 0:
+        if total <= 0 or not self.usable("norms"):
             return None
         edges = bin_edges("norms")
         beyond = norms[edges[:-1] >= radius].sum()
