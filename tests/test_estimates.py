@@ -76,13 +76,15 @@ def test_one_point_moves_a_data_point_row_by_at_most_sqrt3():
 def test_the_noise_floor_and_the_quantile_by_hand():
     sigma = 2.0
     noisy = np.array([0.0, 10.0, -3.0, 4.0, 30.0])
-    floor = sigma * norm.isf(FLOOR_TAIL / 5)  # 2 * 2.326 = 4.65
-    assert floor == pytest.approx(4.6527, abs=1e-4)
+    floor = sigma * norm.isf(FLOOR_TAIL / 5)  # 2 * 2.878 = 5.76
+    assert floor == pytest.approx(5.7563, abs=1e-4)
     np.testing.assert_array_equal(cleaned(noisy, sigma), [0, 10, 0, 0, 30])
     edges = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
     hist = cleaned(noisy, sigma)
     assert read_quantile(hist, edges, 0.25) == 2.0  # 10 of 40 in [1, 2)
-    assert read_quantile(hist, edges, 0.26) == 5.0
+    # log-linear within the bin: 4 * (5 / 4) ** ((0.26 - 0.25) / 0.75)
+    assert read_quantile(hist, edges, 0.26) == pytest.approx(4 * 1.25 ** (0.01 / 0.75))
+    assert read_quantile(hist, edges, 0.625) == pytest.approx(4 * 1.25**0.5)
     assert read_quantile(hist, edges, 1.0) == 5.0
     assert read_quantile(np.zeros(5), edges, 0.5) is None
 
@@ -145,7 +147,7 @@ def test_a_noise_bin_alone_never_sets_the_largest_size():
     noisy[NORM_SLICE.start + 80] = 200_000.0
     read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=200)
     assert read.largest_size() == 1024
-    # fewer clients than the noise floor (3.08 sigma = 100.7): the bins are not used
+    # fewer clients than the noise floor (3.53 sigma = 115.6): the bins are not used
     read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
     assert not read.usable("sizes") and read.largest_size() == 2000
 

@@ -199,9 +199,10 @@ def test_the_choice_reads_nothing_of_the_clients_but_the_estimates(
     again, _ = resolve_auto(config, server_x, estimates)
     assert first == again
     assert not set(first.privacy.auto_keys) - set(RUNTIME_AUTO)
-    # the bounds are the estimates' quantiles: 40-point clients, size bin [32, 45.25)
+    # the bounds are the estimates' quantiles: 40-point clients, size bin [32, 45.25),
+    # the median read log-linearly within it
     assert record["estimates"]["num_clients"] == 12.0
-    assert first.privacy.clip_counts == pytest.approx(2 ** 5.5)
+    assert first.privacy.clip_counts == pytest.approx(32 * 2**0.25)
     # a declared public fact replaces the estimate (small_config declares 40)
     assert first.privacy.max_points_per_client == 40 == config.privacy.max_points_per_client
     estimated, _ = resolve_auto(

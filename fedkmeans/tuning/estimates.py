@@ -10,10 +10,12 @@ every bin is empty, the largest of the ``B`` noises stays below the floor with
 probability ``1 - FLOOR_TAIL`` (a union bound), so an empty tail bin rarely reads as
 mass. The threshold is relative to the noise scale; no constant is fitted to data.
 
-A quantile ``q`` of a part is the upper edge of the first bin where the cleaned
-cumulative mass reaches ``q`` of its total: a bound (clip, radius, size) read this way
-holds at least the fraction ``q`` of the mass, up to the noise and the bin width
-(a factor ``2**(1/2)`` for sizes and moments, ``2**(1/4)`` for norms).
+A quantile ``q`` of a part is read in the first bin where the cleaned cumulative mass
+reaches ``q`` of its total, log-linearly between the bin's edges (its upper edge for
+``q = 1``): exact up to the noise and the spread of the values within the bin (a
+factor ``2**(1/2)`` for sizes and moments, ``2**(1/4)`` for norms). Reading the upper
+edge instead put the client-level bounds of the paper mixture's 50-point clients at
+64, 28 % looser than needed.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from fedkmeans.stages.estimate import (
 
 __all__ = ["FLOOR_TAIL", "RADIUS_QUANTILE", "PrivateEstimates", "cleaned", "read_quantile"]
 
-#: Probability that the largest noise of a part's empty bins reads as mass.
-FLOOR_TAIL = 0.05
+#: Probability that the largest noise of a part's empty bins reads as mass. A noise bin
+#: read as mass sets a bound far from the data (a largest client of 5.9 million points
+#: in a federation of 50-point clients), so it is kept rare.
+FLOOR_TAIL = 0.01
 #: The data radius is this quantile of the points' norms: at most 1 % of the points are
 #: clipped (by at most their excess norm), so the clipping bias on a center stays far
 #: below the bias-free alternative's noise, which grows with the largest norm.
@@ -53,7 +57,7 @@ def cleaned(noisy: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def read_quantile(hist: np.ndarray, edges: np.ndarray, q: float) -> float | None:
-    """Upper edge of the first bin where ``hist``'s cumulative mass reaches ``q``.
+    """The ``q`` quantile of ``hist``: log-linear within the bin where it is reached.
 
     Parameters
     ----------
@@ -72,8 +76,13 @@ def read_quantile(hist: np.ndarray, edges: np.ndarray, q: float) -> float | None
     if total <= 0:
         return None
     cumulative = np.cumsum(hist) / total
-    index = int(np.searchsorted(cumulative, q * (1 - 1e-12)))
-    return float(edges[min(index, hist.size - 1) + 1])
+    index = min(int(np.searchsorted(cumulative, q * (1 - 1e-12))), hist.size - 1)
+    before = cumulative[index - 1] if index else 0.0
+    within = min(max((q - before) / (cumulative[index] - before), 0.0), 1.0)
+    low, high = float(edges[index]), float(edges[index + 1])
+    if low <= 0:
+        return high
+    return low * (high / low) ** within  # log-linear in the bin; its upper edge at q = 1
 
 
 @dataclass(frozen=True)
