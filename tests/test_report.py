@@ -13,6 +13,7 @@ from fedkmeans.sweep import columns
 pytest.importorskip("matplotlib")
 
 from conftest import PAPER  # noqa: E402
+
 from fedkmeans.report import main, report  # noqa: E402
 
 #: (level, algorithm, epsilon, seed) -> cost ratio; accuracy = 2 - ratio.
