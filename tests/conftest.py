@@ -50,6 +50,13 @@ def small_config(tmp_path):
     return {**SMALL, "output-dir": str(tmp_path / "out")}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that starts a Flower simulation is in the slow tier too."""
+    for item in items:
+        if item.get_closest_marker("flower") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")

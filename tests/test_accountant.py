@@ -30,6 +30,7 @@ def test_gaussian_epsilon_solves_the_delta_equation():
     assert gaussian_epsilon(1e4, 0.5) == 0.0
 
 
+@pytest.mark.slow
 def test_composed_gaussians_equal_z_eff():
     zs = [2.0, 3.0, 5.0, 1.5]
     sens = [1.7, 121.0, 1.0, 11.0]
@@ -66,6 +67,7 @@ def test_single_laplace(eps):
     assert got == pytest.approx(eps, abs=1e-2)
 
 
+@pytest.mark.slow
 def test_sampled_joint_group_is_one_gaussian_with_z_eff():
     q, z_s, z_c = 0.01, 0.9, 1.2
     acc = _acc(

@@ -79,6 +79,7 @@ def test_every_planned_release_has_a_row_derived_from_the_registry():
             assert any(p.stage.endswith("/" + rule.statistic.name) for p in plan)
 
 
+@pytest.mark.slow
 def test_command_on_clean_code_returns(capsys):
     results = audit_cli.main([*FAST, "--level", "both"])
     planned = len(sa.planned_releases(AuditSetup().config()))

@@ -72,6 +72,7 @@ def test_analytic_gaussian_beats_classic_formula():
 
 @pytest.mark.parametrize("name", list(PLANS))
 @pytest.mark.parametrize("eps", [0.25, 1.0, 3.0])
+@pytest.mark.slow
 def test_calibrate_hits_target(name, eps):
     plan = PLANS[name]
     start = time.perf_counter()

@@ -100,6 +100,7 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     assert result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
 
 
+@pytest.mark.slow
 def test_the_check_keeps_good_centers(small_config):
     result = run_flat(_checked(small_config, **{"privacy.epsilon": 50.0}))
     assert result["check"]["chosen"] == "protocol"

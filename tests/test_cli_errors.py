@@ -30,6 +30,7 @@ def _cli(args, cwd, **env):
      ["group 'algorithm' has no option 'kfedd'", "did you mean 'kfed'?"]),
     (["privacy.epsilon=["], ["cannot parse the override 'privacy.epsilon=['"]),
 ])
+@pytest.mark.slow
 def test_hydra_errors_are_one_line_with_exit_2_and_a_suggestion(tmp_path, args, fragments):
     proc = _cli(args, tmp_path)
     assert proc.returncode == 2, proc.stderr

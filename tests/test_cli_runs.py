@@ -34,6 +34,7 @@ def _two_at_once(tmp_path, extra):
     assert [json.loads(p.read_text())["seed"] for p in paths] == [7, 8]
 
 
+@pytest.mark.slow
 def test_two_cli_runs_started_together_write_two_results(tmp_path):
     _two_at_once(tmp_path, [])
 
@@ -72,6 +73,7 @@ def test_an_output_dir_in_use_or_holding_another_config_is_refused(tmp_path):
     (["data.name=npz", "data.path=missing.npz"], "data.path"),
     (["k=500"], "'k'"),
 ])
+@pytest.mark.slow
 def test_cli_config_errors_are_one_line_naming_the_key(tmp_path, args, key):
     proc = _cli(args, tmp_path)
     out, err = proc.communicate(timeout=120)

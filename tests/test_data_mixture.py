@@ -175,6 +175,7 @@ def test_server_validation() -> None:
         mixture_server(0, k=0, dim=2)
 
 
+@pytest.mark.slow
 def test_paper_setting_optimal_cost_and_radius() -> None:
     """K=10, d=100, 100 clients x 1000 points -> optimal cost 49.95 per point.
 

@@ -98,6 +98,7 @@ def test_a_server_fraction_runs_and_its_rows_leave_the_clients(tmp_path):
     assert result["metrics"]["accuracy"] is None  # no label column named: no labels
 
 
+@pytest.mark.slow
 def test_the_cli_reads_a_relative_csv_path(tmp_path):
     import subprocess
     import sys
@@ -398,6 +399,7 @@ FLOWER_CASES = [("csv", False, "dirichlet"), ("parquet", True, "natural-id"),
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt, with_client, partitioner", FLOWER_CASES,
                          ids=["-".join(map(str, c)) for c in FLOWER_CASES])
+@pytest.mark.slow
 def test_a_data_file_on_the_flower_engine(tmp_path, fmt, with_client, partitioner):
     """`flwr run` on Ray: every SuperNode splits the file alike (same bits as in-process)."""
     path, server = _files(tmp_path, fmt, with_client)
@@ -434,6 +436,7 @@ def _command(line: str, cwd: Path):
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_the_worked_example_of_docs_own_data_runs_as_written(tmp_path):
     import subprocess
     import sys

@@ -303,6 +303,7 @@ SMALL = ["data.num-clients=10", "data.points-per-client=100", "data.dim=10",
          "data.server-uniform-points=10"]
 
 
+@pytest.mark.slow
 def test_the_readme_blocks_run_as_written_your_own_data_and_a_small_default_run(tmp_path):
     """The README's Python block and shell commands, in order, on a small federation.
 

@@ -23,6 +23,7 @@ from fedkmeans.experiment import run_flat
 pytestmark = pytest.mark.flower
 
 
+@pytest.mark.slow
 def test_default_flwr_run_writes_a_result_and_the_inprocess_engine_matches(tmp_path):
     home = tmp_path / "flwr-home"
     home.mkdir()
@@ -53,6 +54,7 @@ def test_default_flwr_run_writes_a_result_and_the_inprocess_engine_matches(tmp_p
     assert flower["privacy"]["releases"] == inprocess["privacy"]["releases"]
 
 
+@pytest.mark.slow
 def test_experiment_flower_engine_matches_inprocess_on_a_sharded_federation(
     small_config, tmp_path
 ):
@@ -68,6 +70,7 @@ def test_experiment_flower_engine_matches_inprocess_on_a_sharded_federation(
     assert Path(flower["result_path"]).exists()
 
 
+@pytest.mark.slow
 def test_auto_settings_reach_the_supernodes(small_config, tmp_path):
     """`auto` Δ and client-level bounds: chosen on the server, sent to every node.
 

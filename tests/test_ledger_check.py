@@ -28,6 +28,7 @@ def test_one_gaussian_release_matches_the_closed_form():
     {"privacy.level": "client", "privacy.lloyds-steps": 1, "privacy.sampling-rate": 0.7,
      "privacy.count-noise": "gaussian"},
 ])
+@pytest.mark.slow
 def test_published_ledger_epsilon_is_exact_and_within_target(small_config, overrides, capsys):
     result = run_flat({**small_config, **overrides})
     release = Path(result["artefacts"]["release"])

@@ -55,6 +55,7 @@ def _release(tmp_path, data, clients, name, extra):
     pytest.param(["privacy.aggregation=secagg", "privacy.count-noise=gaussian",
                   "federation.min-replies=0.8"], id="secagg", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_one_client_removed_changes_no_deterministic_field(tmp_path, extra):
     data = tmp_path / "federation.npz"
     runs = [_release(tmp_path, data, 60, f"a{i}", extra) for i in range(3)]

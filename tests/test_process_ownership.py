@@ -92,6 +92,7 @@ def _left_dirs(tmp_root: Path) -> list[str]:
     return [p.name for p in tmp_root.iterdir() if p.name.startswith("fedkmeans-flwr-")]
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_experiment_stops_every_process_and_writes_nothing(tmp_path, tmp_root):
     proc, tmp_root, out = _start(tmp_path, tmp_root)
     proc.send_signal(signal.SIGTERM)
@@ -114,6 +115,7 @@ def test_sigterm_to_the_experiment_stops_every_process_and_writes_nothing(tmp_pa
         assert not path.exists() or path.stat().st_mtime < signalled
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_experiment_is_cleaned_up_by_the_watchdog(tmp_path, tmp_root):
     proc, tmp_root, out = _start(tmp_path, tmp_root)
     proc.send_signal(signal.SIGKILL)

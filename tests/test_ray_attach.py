@@ -34,6 +34,7 @@ def _pids_with_cmdline(fragment: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_simulation_attaches_to_a_running_ray_head(small_config, tmp_path):
     temp_dir = Path(tempfile.mkdtemp(prefix="fkray-", dir="/tmp"))  # short: unix socket paths
     port = free_port()

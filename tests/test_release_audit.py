@@ -52,6 +52,7 @@ def test_release_path_audit_catches_the_old_radial_clip_sensitivity():
 
 
 @pytest.mark.parametrize("level", ["datapoint", "client"])
+@pytest.mark.slow
 def test_release_path_audit_stays_below_the_claim(level):
     """Random test (secret noise): at confidence 0.999 a correct mechanism fails a
     release with probability <= 0.1%."""

@@ -409,6 +409,7 @@ def test_the_defaults_under_secagg_are_refused_in_one_line_before_any_release(tm
 
 @pytest.mark.parametrize("engine", [
     "inprocess", pytest.param("flower", marks=[pytest.mark.flower, pytest.mark.slow])])
+@pytest.mark.slow
 def test_the_defaults_with_gaussian_counts_complete_under_secagg(small_config, tmp_path, engine):
     """Every stage of a default run (estimate round, FedDP-Init, the final choice) sums
     under SecAgg+: the run completes within the target on both engines."""

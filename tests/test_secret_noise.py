@@ -51,6 +51,7 @@ def test_identical_config_and_seed_release_different_centers(level, tmp_path):
 
 
 @pytest.mark.parametrize("level", ["datapoint", "client"])
+@pytest.mark.slow
 def test_replaying_the_published_output_matches_nothing(level, tmp_path):
     worlds = neighbouring_worlds(tmp_path, level)
     rng = np.random.default_rng(0)

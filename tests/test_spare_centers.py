@@ -92,6 +92,7 @@ def test_infinite_epsilon_with_spare_centers_is_the_non_private_algorithm(small_
     assert result["spare_centers"]["extra_centers"] == 2
 
 
+@pytest.mark.slow
 def test_auto_adds_spare_centers_only_when_the_released_gap_is_within_the_noise(small_config):
     base = {**small_config, "privacy.extra-centers": "auto",
             "privacy.reproducible-noise": True}

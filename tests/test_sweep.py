@@ -33,6 +33,7 @@ def _sweep(
     return proc, read_rows(sweep_dir / "results.csv")
 
 
+@pytest.mark.slow
 def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
     proc, rows = _sweep(tmp_path, "privacy.epsilon=1,4", "algorithm=feddp-kmeans,server-lloyds",
                         "tuning=none")
@@ -66,6 +67,7 @@ def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
     assert again[0]["cost"] == again[1]["cost"]
 
 
+@pytest.mark.slow
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
     overrides = ("dataset=npz,mixture", "privacy.epsilon=1,-1", "data.path=/no/such/file.npz")
     proc, rows = _sweep(tmp_path, *overrides, returncode=1)  # a failed job: status 1

@@ -18,6 +18,7 @@ from fedkmeans.vertical.experiment import APP_DIR, run
 pytestmark = pytest.mark.flower
 
 
+@pytest.mark.slow
 def test_flwr_run_vertical_app_with_three_supernodes_matches_inprocess(tmp_path):
     logging.getLogger("fedkmeans").setLevel(logging.WARNING)
     home = tmp_path / "flwr-home"
