@@ -17,14 +17,13 @@ from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.tuning.resolve import (
+from fedkmeans.tuning.resolve import RUNTIME_AUTO, resolve_auto
+from fedkmeans.tuning.search import (
     CLIENT_SPLITS,
     CLIP_QUANTILES,
-    RUNTIME_AUTO,
     balanced_sums_ratio,
     client_bound_quantiles,
     paired_search,
-    resolve_auto,
 )
 from fedkmeans.tuning.simulation import (
     server_clusters,
