@@ -246,7 +246,7 @@ class NodeData:
 
         :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
         privacy.check-clip``, then at client level each client's value clipped to
-        ``tau * clip-counts`` (:mod:`fedkmeans.stages.check`).
+        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`).
         """
         from fedkmeans.stages.check import check_clip_of, cost_differences
 

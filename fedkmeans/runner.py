@@ -287,9 +287,14 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
 
 
 def needs_estimates(config: ExperimentConfig) -> bool:
-    """Whether the run has an estimate round: private, and a setting it feeds is ``auto``."""
+    """Whether the run has an estimate round.
+
+    Private, a setting it feeds is ``auto``, and the algorithm may release something
+    (k-means on the server's data with T = 0 asks the clients nothing).
+    """
     fed = set(config.privacy.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
-    return config.is_private and bool(fed)
+    releases = protocol(config.algorithm).init or config.privacy.lloyds_steps != 0
+    return config.is_private and bool(fed) and bool(releases)
 
 
 def estimate_release(privacy) -> Release:

@@ -6,7 +6,7 @@ Hand-computed values (Delta = 11, B = 16 points at the cap, tau = Delta^2 / 2):
   histogram and counts of a client at the cap by ``2 B / (B + 1) = 32 / 17`` in l1
   (server's radial l1 clip); the check's cost difference by ``tau = 60.5``;
 * client level: every statistic by its client bound (6050, 50, 550, 50, and
-  ``tau * clip-counts = 3025`` for the check);
+  ``tau * max-points-per-client = 60.5 * 16 = 968`` for the check);
 * the client-side clip turned off (B = 1000): one point of raw norm ``100 Delta =
   1100`` moves the sums by 1100 (below the server's clip ``B Delta``), the issue's
   example.
@@ -31,7 +31,7 @@ EXPECTED = {
                   "lloyds-1/counts": 32 / 17, "check/cost_difference": 60.5},
     "client": {"init-1/covariance": 6050.0, "init-2/histogram": 50.0, "init-3/sums": 550.0,
                "init-3/counts": 50.0, "lloyds-1/sums": 550.0, "lloyds-1/counts": 50.0,
-               "check/cost_difference": 3025.0},
+               "check/cost_difference": 60.5 * 16},
 }
 
 

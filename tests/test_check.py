@@ -31,7 +31,7 @@ def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers()
 
 @pytest.mark.parametrize("level,sensitivity,server_bound", [
     ("datapoint", 0.5, 40 * 0.5),   # one point: one term in [-tau, tau]; clip n_max tau
-    ("client", 30 * 0.5, 30 * 0.5),  # one client: |D_j| <= tau * clip-counts
+    ("client", 40 * 0.5, 40 * 0.5),  # one client: |D_j| <= tau * max-points-per-client
 ])
 def test_the_check_sensitivity(level, sensitivity, server_bound):
     privacy = parse_config({**PAPER, "privacy.level": level, "privacy.check-clip": 0.5,
