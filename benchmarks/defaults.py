@@ -155,9 +155,16 @@ def summarise(rows: list[dict]) -> list[str]:
         checks.append((f"{set_name} {level} eps={eps:g}: {what} <= {bar}", value <= bar,
                        f"{value:.4f} ({len(cell)} seeds: "
                        + ", ".join(f"{r['cost_ratio']:.4f}" for r in cell) + ")"))
+        tuning = statistics.median(r["tuning_s"] for r in cell)
+        protocol = statistics.median(r["protocol_s"] for r in cell)
+        checks.append((f"{set_name} {level} eps={eps:g}: estimate round + tuning s <= "
+                       "protocol s (medians)", tuning <= protocol,
+                       f"{tuning:.2f} s vs {protocol:.2f} s"))
     lines += ["### Acceptance lines (issue 25), evaluated on these rows", "",
               "| line | met | value |", "|---|---|---|"]
     lines += [f"| {text} | {'yes' if ok else '**no**'} | {value} |" for text, ok, value in checks]
+    met = sum(ok for _, ok, _ in checks)
+    lines += ["", f"Acceptance lines met: {met} of {len(checks)}."]
     return lines
 
 
