@@ -65,7 +65,10 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
         _NODES.move_to_end(key)
         return _NODES[key]
     config = parse_config(run_config)
-    node = NodeData.load(config, partition_id, num_partitions, data_path)
+    # a radius the server resolved (`auto`) is summarised once by the server, privately
+    declared_radius = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
+    node = NodeData.load(config, partition_id, num_partitions, data_path,
+                         warn=declared_radius)
     _NODES[key] = node
     budget = config.federation.node_cache_mb * 2**20
     if budget:

@@ -90,9 +90,14 @@ class NodeData:
 
     @classmethod
     def load(
-        cls, config: ExperimentConfig, partition_id: int, num_partitions: int, data_path: str = ""
+        cls, config: ExperimentConfig, partition_id: int, num_partitions: int,
+        data_path: str = "", *, warn: bool = True,
     ) -> NodeData:
-        """Load only this node's clients (never another node's data)."""
+        """Load only this node's clients (never another node's data).
+
+        ``warn``: log points clipped to the data radius as a warning (the first node of
+        the process; the others, and every node when ``warn`` is False, at DEBUG).
+        """
         ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
         points, labels, raw_norms = {}, {}, {}
         radius = config.privacy.data_radius
@@ -114,7 +119,7 @@ class NodeData:
             # the node's own log (the operator's); this count never goes to the server.
             # One warning per process: a simulation's nodes share a few processes, and
             # the server's summary line comes from the estimate round's release.
-            log = LOG.debug if _CLIP_WARNED else LOG.warning
+            log = LOG.debug if _CLIP_WARNED or not warn else LOG.warning
             _CLIP_WARNED.append(partition_id)
             log(
                 "node %d: %d of %d points (%.1f%%) lie outside privacy.data-radius = %g and "

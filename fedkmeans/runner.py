@@ -174,8 +174,6 @@ def _run_claimed(
         result["tuning"] = tuning
     if ctx.check is not None:
         result["check"] = ctx.check
-    if ctx.estimates is not None:
-        _clipping_summary(config, ctx.estimates)
     if ctx.spare_centers is not None:
         result["spare_centers"] = ctx.spare_centers
     if config.k_auto:
@@ -202,8 +200,9 @@ def _run_claimed(
                 LOG.info("[%s] %s", key, line)
     path = write_artefacts(output_dir, result, seed_is_secret=not randomness.is_secure)
     LOG.info(
-        "%s: cost %.4f (optimal %s), epsilon %s; wrote %s",
-        config.algorithm, evaluation["cost"], best, result["privacy"]["epsilon"], path,
+        "%s: cost %.4f (optimal %s), epsilon %s%s; wrote %s",
+        config.algorithm, evaluation["cost"], best, result["privacy"]["epsilon"],
+        _clipping_summary(declared, config, ctx.estimates), path,
     )
     return result
 
@@ -323,17 +322,23 @@ def _centers_from(config: ExperimentConfig, ctx: ServerContext) -> str:
     return config.algorithm
 
 
-def _clipping_summary(config: ExperimentConfig, estimates: PrivateEstimates) -> None:
-    """One line per run: the estimated share of points beyond the data radius."""
+def _clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
+                      estimates: PrivateEstimates | None) -> str:
+    """The run's clipping, for its summary line: the estimated share of points beyond Δ.
+
+    From the estimate round's release (post-processing); '' without one. Says what to
+    set when a declared radius clips more than 5 % of the points.
+    """
+    if estimates is None:
+        return ""
     radius = float(config.privacy.data_radius)
     outside = estimates.outside_fraction(radius)
-    if outside is None or outside <= 0.0:
-        return
-    LOG.info(
-        "clipping: about %.1f%% of the points (private estimate) lie outside "
-        "privacy.data-radius = %.4g and are clipped onto it%s", 100 * outside, radius,
-        "; set privacy.data-radius=auto (the default with tuning=auto) to estimate it"
-        if "data_radius" not in config.privacy.auto_keys and outside > 0.05 else "")
+    if outside is None:
+        return ""
+    hint = ("; set privacy.data-radius=auto to estimate it"
+            if "data_radius" not in declared.privacy.auto_keys and outside > 0.05 else "")
+    return (f"; about {100 * outside:.1f}% of the points (private estimate) lie outside "
+            f"privacy.data-radius = {radius:.4g}{hint}")
 
 
 def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:

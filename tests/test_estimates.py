@@ -160,3 +160,13 @@ def test_a_noise_bin_alone_never_sets_the_radius():
     noisy[NORM_SLICE.start + 62] = 140.0
     read = PrivateEstimates.read(noisy, 37.8, "client", declared=0, registered=60)
     assert read.quantile("norms", 0.99) is None and read.outside_fraction(1.0) is None
+
+
+def test_the_share_beyond_a_radius_is_read_like_the_quantiles():
+    # 1,000 points in the norm bin [1, 2^0.25): half of it (log-linearly) beyond 2^0.125
+    noisy = np.zeros(WIDTH)
+    noisy[NORM_SLICE.start + 80] = 1000.0
+    read = PrivateEstimates.read(noisy, 1.0, "datapoint", declared=0, registered=10)
+    assert read.outside_fraction(2**0.125) == pytest.approx(0.5)
+    assert read.outside_fraction(2.0) == 0.0 and read.outside_fraction(0.5) == 1.0
+    assert read.quantile("norms", 0.5) == pytest.approx(2**0.125)

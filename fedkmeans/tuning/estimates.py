@@ -218,7 +218,8 @@ class PrivateEstimates:
     def outside_fraction(self, radius: float) -> float | None:
         """Estimated fraction of the points beyond ``radius`` (client level: per client).
 
-        The bin that holds ``radius`` counts as half beyond it; None without mass.
+        The bin that holds ``radius`` is split log-linearly; None when the norms are
+        not :meth:`usable`.
         """
         norms = self.part("norms")
         total = float(norms.sum())
@@ -226,8 +227,11 @@ class PrivateEstimates:
             return None
         edges = bin_edges("norms")
         beyond = norms[edges[:-1] >= radius].sum()
-        straddling = (edges[:-1] < radius) & (edges[1:] > radius)
-        return float((beyond + 0.5 * norms[straddling].sum()) / total)
+        straddling = np.flatnonzero((edges[:-1] < radius) & (edges[1:] > radius))
+        for b in straddling:  # log-linear within the bin, as the quantiles are read
+            low, high = edges[b], edges[b + 1]
+            beyond += norms[b] * np.log(high / radius) / np.log(high / low)
+        return float(beyond / total)
 
     def to_dict(self) -> dict:
         """What ``release.json`` records of the read estimates (all post-processing)."""
