@@ -48,12 +48,16 @@ RADIUS_QUANTILE = 0.99
 _PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
 
 
+def noise_floor(sigma: float, bins: int) -> float:
+    """``sigma * z_B``: a part of ``bins`` empty bins stays below it w.p. 1 - FLOOR_TAIL."""
+    return sigma * float(standard_normal.isf(FLOOR_TAIL / bins))
+
+
 def cleaned(noisy: np.ndarray, sigma: float) -> np.ndarray:
     """``noisy`` with every bin at or below the noise floor set to 0 (module docstring)."""
     if sigma <= 0:
         return np.maximum(noisy, 0.0)
-    floor = sigma * float(standard_normal.isf(FLOOR_TAIL / noisy.size))
-    return np.where(noisy > floor, noisy, 0.0)
+    return np.where(noisy > noise_floor(sigma, noisy.size), noisy, 0.0)
 
 
 def read_quantile(hist: np.ndarray, edges: np.ndarray, q: float) -> float | None:
@@ -147,11 +151,12 @@ class PrivateEstimates:
         2 points where every client holds 1,000, a radius of 0.04 where points have
         norm 10).
         """
-        cleaned_mass = float(self.part(name).sum())
+        part = self.part(name)
+        cleaned_mass = float(part.sum())
         if name == "norms" and self.level == "datapoint":
             return cleaned_mass >= 0.5 * self.total_points > 0
-        floor = self.sigma * float(standard_normal.isf(FLOOR_TAIL / self.part(name).size))
-        return self.num_clients > floor and cleaned_mass >= 0.5 * self.num_clients
+        return (self.num_clients > noise_floor(self.sigma, part.size)
+                and cleaned_mass >= 0.5 * self.num_clients)
 
     @property
     def total_points(self) -> float:
