@@ -562,7 +562,7 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
     running = 8 * (tri + m + k * d + k)
     lines += [
         "**Server memory is independent of N** (the design assumption of the streaming "
-        "path, `fedkmeans/strategies/aggregation.py`: every reply is validated, each "
+        "path, `fedkmeans/server/aggregation.py`: every reply is validated, each "
         "client's row clipped and added to running sums as it arrives, then dropped). The "
         "state is the running sums, "
         f"({tri:,} + {m} + {k}·{d} + {k}) x 8 B = {running:,} B, plus at most "

@@ -138,7 +138,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 def secagg_contribution(msg: Message, context: Context) -> Message:
     """One protocol round under SecAgg+: this node's encoded noisy sum, weight 1.
 
-    The request is the ``FitIns`` built by :class:`fedkmeans.strategies.secagg.
+    The request is the ``FitIns`` built by :class:`fedkmeans.server.secagg.
     SecAggAggregator` (asked client ids, broadcast arrays, per-statistic share scale
     and grid step). Noise shares always come from the operating system's CSPRNG,
     fresh per client and release (:mod:`fedkmeans.privacy.randomness`): nothing the

@@ -23,7 +23,7 @@ from fedkmeans import metrics
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.catalog import REAL_DATASETS
 from fedkmeans.data.tables import file_identity
-from fedkmeans.strategies.pool import ClientPool
+from fedkmeans.server.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Whole-node Grid exchanges shared by both ServerApps: wait for nodes, ask each once.
 
-The horizontal pool (:class:`fedkmeans.strategies.pool.ClientPool`: registration and
+The horizontal pool (:class:`fedkmeans.server.pool.ClientPool`: registration and
 node-wide queries) and the vertical protocol's parties
 (:mod:`fedkmeans.vertical.server_app`) both send one message to each of a set of
 nodes and need every reply attributed to the node it was sent to. That attribution

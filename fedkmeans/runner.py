@@ -15,6 +15,7 @@ from pathlib import Path
 from flwr.serverapp import Grid
 
 from fedkmeans import data as data_access
+from fedkmeans.algorithms import ServerContext, build_strategy
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
 from fedkmeans.config import ExperimentConfig, parse_config
@@ -23,10 +24,9 @@ from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
+from fedkmeans.server.pool import ClientPool
 from fedkmeans.stages import protocol, release_plan
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
-from fedkmeans.strategies import ServerContext, build_strategy
-from fedkmeans.strategies.pool import ClientPool
 from fedkmeans.tuning.estimates import PrivateEstimates
 from fedkmeans.tuning.resolve import RUNTIME_AUTO, client_settings, resolve_auto
 from fedkmeans.tuning.thresholds import noise_std
@@ -99,7 +99,7 @@ def _run_claimed(
         observers=observers,
     )
     if config.privacy.aggregation == "secagg":  # clients add noise shares, SecAgg+ sums
-        from fedkmeans.strategies.secagg import SecAggAggregator
+        from fedkmeans.server.secagg import SecAggAggregator
 
         pool.secagg = SecAggAggregator(config, ctx.releases)
     t0 = time.perf_counter()

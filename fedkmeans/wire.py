@@ -19,7 +19,7 @@ ARRAYS = "arrays"
 CONFIG = "config"
 
 # Keys of the SecAgg+ round's FitIns config: written by the server
-# (:class:`~fedkmeans.strategies.secagg.SecAggAggregator`), read by the ClientApp's
+# (:class:`~fedkmeans.server.secagg.SecAggAggregator`), read by the ClientApp's
 # train handler. Per-statistic keys take the statistic's name as suffix.
 SECAGG_STAGE, SECAGG_ROUND, SECAGG_ARRAYS = "stage", "round", "arrays"
 SECAGG_STATS, SECAGG_Q = "stats", "q-range"

@@ -25,8 +25,8 @@ from fedkmeans.engines.inprocess import run_inprocess
 from fedkmeans.experiment import run_flat
 from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed
+from fedkmeans.server.pool import FederationError
 from fedkmeans.server_app import app as server_app
-from fedkmeans.strategies.pool import FederationError
 from fedkmeans.wire import pack, unpack
 
 

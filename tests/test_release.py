@@ -6,8 +6,8 @@ from conftest import PAPER
 
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.replies import Replies
+from fedkmeans.server.context import ServerContext
+from fedkmeans.server.replies import Replies
 
 
 def _context(releases, **overrides):

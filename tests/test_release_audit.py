@@ -17,8 +17,8 @@ from fedkmeans.attacks.release_audit import audit_release, legacy_plan
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, planned_releases
 from fedkmeans.audit import main
 from fedkmeans.config import parse_config
+from fedkmeans.server.aggregation import clipped_sum
 from fedkmeans.stages import statistic_bounds
-from fedkmeans.strategies.aggregation import clipped_sum
 
 
 @pytest.fixture(autouse=True)

@@ -41,8 +41,8 @@ from fedkmeans.privacy.distributed import (
     share_std,
 )
 from fedkmeans.seeding import generator
+from fedkmeans.server.pool import FederationError
 from fedkmeans.stages import release_plan, statistic_bounds
-from fedkmeans.strategies.pool import FederationError
 
 SECAGG = {"privacy.aggregation": "secagg", "privacy.count-noise": "gaussian"}
 

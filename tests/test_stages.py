@@ -22,6 +22,8 @@ from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.calibration import calibrate
+from fedkmeans.server.context import ServerContext
+from fedkmeans.server.pool import ClientPool
 from fedkmeans.stages import (
     ReleaseRule,
     Stage,
@@ -33,8 +35,6 @@ from fedkmeans.stages import (
     stage_of_round,
     statistic_bounds,
 )
-from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.pool import ClientPool
 
 # -- the toy stage: one statistic, one release, one server step ------------------------
 #: One point of norm <= Delta adds ||p||^2 <= Delta^2 to its client's energy (l1 = l2).

@@ -15,9 +15,9 @@ from fedkmeans.config import FederationConfig
 from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.experiment import run_flat
-from fedkmeans.strategies.aggregation import Fold, RunningSums, clipped_sum
-from fedkmeans.strategies.base import ServerContext
-from fedkmeans.strategies.pool import ClientPool
+from fedkmeans.server.aggregation import Fold, RunningSums, clipped_sum
+from fedkmeans.server.context import ServerContext
+from fedkmeans.server.pool import ClientPool
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
 #: 1,000 clients on 10 nodes; messages of about 40 clients and 3 in flight, so every

@@ -54,7 +54,7 @@ from fedkmeans.attacks.curious_attacks import (
     population,
 )
 from fedkmeans.config import AUTO, ExperimentConfig
-from fedkmeans.strategies.replies import Replies
+from fedkmeans.server.replies import Replies
 
 LOG = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class CuriousServer:
         """Keep one message's accepted rows before the honest path folds and drops them.
 
         This copy is the attack's memory, paid by the curious server: the honest
-        server keeps only running sums (:mod:`fedkmeans.strategies.aggregation`).
+        server keeps only running sums (:mod:`fedkmeans.server.aggregation`).
         """
         kept = {name: np.array(value, copy=True) for name, value in rows.items()}
         self._pending.setdefault(round_name, []).append((np.asarray(client_ids), kept))

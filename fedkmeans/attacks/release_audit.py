@@ -10,9 +10,9 @@ one that moved it most), both worlds are driven once through the real client pat
 :meth:`~fedkmeans.node.NodeData.load` and its clip to Delta, the stage's ``client``
 (or ``wire``) function, the wire format, the pool's validation -- with the replies
 stacked, one row per client. Every trial then draws the round's cohort with
-:meth:`~fedkmeans.strategies.base.ServerContext.sample` (Poisson sampling at
+:meth:`~fedkmeans.server.context.ServerContext.sample` (Poisson sampling at
 ``privacy.sampling-rate``, from the secret randomness) and releases the cohort's rows
-with :meth:`~fedkmeans.strategies.base.ServerContext.release`: the server's clip, the
+with :meth:`~fedkmeans.server.context.ServerContext.release`: the server's clip, the
 sum, and the lattice mechanism with the noise calibrated for the release alone at the
 target (epsilon, delta), drawn from the default secret noise source.
 
@@ -55,9 +55,9 @@ from fedkmeans.attacks.sensitivity_audit import (
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
+from fedkmeans.server.aggregation import clipped_sum
+from fedkmeans.server.replies import Replies
 from fedkmeans.stages import stage_of_round, statistic_bounds
-from fedkmeans.strategies.aggregation import clipped_sum
-from fedkmeans.strategies.replies import Replies
 
 __all__ = ["ReleaseAuditResult", "audit_release", "legacy_plan"]
 

@@ -12,13 +12,13 @@ without touching this module -- two neighbouring federations are written to an
 * the stage's ``client`` function, or its ``wire`` form (step 1's upper triangles),
   packed and unpacked by :mod:`fedkmeans.wire`;
 * the pool's validation and the server's fold and clip
-  (:class:`~fedkmeans.strategies.replies.FoldingSink`,
-  :class:`~fedkmeans.strategies.aggregation.RunningSums`);
-* :meth:`fedkmeans.strategies.base.ServerContext.release`, whose observer hook gives
+  (:class:`~fedkmeans.server.replies.FoldingSink`,
+  :class:`~fedkmeans.server.aggregation.RunningSums`);
+* :meth:`fedkmeans.server.context.ServerContext.release`, whose observer hook gives
   the exact clipped sum before the noise, and whose ledger gives the recorded
   sensitivity;
 * with ``aggregation = "secagg"``, the SecAgg+ round instead
-  (:class:`~fedkmeans.strategies.secagg.SecAggAggregator`: the clients' clip to the
+  (:class:`~fedkmeans.server.secagg.SecAggAggregator`: the clients' clip to the
   server's bound, their noise shares, the encoding and the decoded sum). The noise is
   then turned down to ``1e-9`` of the sensitivity (it is drawn from the operating
   system's CSPRNG on the clients and cannot be removed otherwise), so the two decoded
@@ -324,8 +324,8 @@ def run_world(
     from fedkmeans import client_app
     from fedkmeans.data.npz import save_npz
     from fedkmeans.engines import inprocess
-    from fedkmeans.strategies.base import ServerContext
-    from fedkmeans.strategies.pool import ClientPool
+    from fedkmeans.server.context import ServerContext
+    from fedkmeans.server.pool import ClientPool
     from fedkmeans.tuning.resolve import client_settings
 
     ids = sorted(points)
@@ -346,7 +346,7 @@ def run_world(
     releases = calibrate(planned, epsilon=setup.epsilon, delta=setup.delta)
     secagg = setup.aggregation == "secagg"
     if secagg:
-        from fedkmeans.strategies.secagg import SecAggAggregator
+        from fedkmeans.server.secagg import SecAggAggregator
 
         releases = [replace(r, noise_scale=r.sensitivity * _SECAGG_NOISE) for r in releases]
         pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})

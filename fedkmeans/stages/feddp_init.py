@@ -157,7 +157,7 @@ def initial_centers(ctx) -> np.ndarray:
     With ``k = auto`` step 1 keeps ``k-max`` eigenvectors, step 2 chooses k
     (recorded with ``ctx.choose_k``) and step 3 and later rounds use it. With e
     spare centers (``privacy.extra-centers``; ``auto``: decided from step 1's release,
-    :meth:`~fedkmeans.strategies.ServerContext.extra_centers`), steps 2 and 3 use
+    :meth:`~fedkmeans.algorithms.ServerContext.extra_centers`), steps 2 and 3 use
     k + e centers and the released ones are merged into k
     (:func:`centers_from_clients`).
     """

@@ -46,7 +46,7 @@ def lloyds_step(ctx, centers: np.ndarray, step: int) -> np.ndarray:
 
     Parameters
     ----------
-    ctx : fedkmeans.strategies.ServerContext
+    ctx : fedkmeans.algorithms.ServerContext
     centers : ndarray of shape (k, d)
     step : int
         1-based; the round is ``lloyds-<step>``.

@@ -128,7 +128,7 @@ class Stage:
     def release(self, ctx, replies, group: str) -> dict:
         """Release every statistic of ``replies`` with the noise planned for ``group``.
 
-        Returns ``{statistic: noisy sum}`` (:meth:`fedkmeans.strategies.ServerContext.
+        Returns ``{statistic: noisy sum}`` (:meth:`fedkmeans.algorithms.ServerContext.
         release`: server clip, sum, calibrated noise, ledger).
         """
         return {rule.statistic.name: ctx.release(

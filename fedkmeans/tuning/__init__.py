@@ -2,7 +2,7 @@
 
 * :mod:`~fedkmeans.tuning.thresholds`: the ``auto`` thresholds, set relative to the
   noise scale of each release (post-processing of calibrated, public noise scales);
-* :mod:`~fedkmeans.tuning.simulation`: the real protocol (strategies, mechanisms,
+* :mod:`~fedkmeans.tuning.simulation`: the real protocol (algorithms, mechanisms,
   accountant) run on federations resampled from the server's data;
 * :mod:`~fedkmeans.tuning.resolve`: picks every other ``auto`` setting with the
   simulation, before the private rounds, and records what it chose and why.

@@ -1,6 +1,6 @@
 """The real protocol on a federation resampled from the server's data.
 
-A simulated run uses the project's own strategy, :class:`~fedkmeans.strategies.base.
+A simulated run uses the project's own strategy, :class:`~fedkmeans.server.context.
 ServerContext` (clipping, mechanisms, thresholds), the calibrated releases and the
 node arithmetic (each stage's ``client``, :mod:`fedkmeans.stages`); only the clients are
 replaced by a :class:`SimulatedPool` whose clients hold points drawn from the server's
@@ -48,6 +48,7 @@ from typing import Iterator
 
 import numpy as np
 
+from fedkmeans.algorithms import ServerContext, build_strategy
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.clustering.distances import squared_distances
@@ -57,10 +58,9 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.server.aggregation import RunningSums
+from fedkmeans.server.replies import Replies
 from fedkmeans.stages import stage as stage_named
-from fedkmeans.strategies import ServerContext, build_strategy
-from fedkmeans.strategies.aggregation import RunningSums
-from fedkmeans.strategies.replies import Replies
 
 __all__ = [
     "SimulatedFederation", "SimulatedPool", "cluster_means", "server_clusters", "simulate_cost",
@@ -219,7 +219,7 @@ def simulated_federation(
 
 @dataclass
 class SimulatedPool:
-    """The :class:`~fedkmeans.strategies.pool.ClientPool` interface over simulated clients.
+    """The :class:`~fedkmeans.server.pool.ClientPool` interface over simulated clients.
 
     Every statistic is computed by the stage's ``client`` (:mod:`fedkmeans.stages`) on a
     :class:`~fedkmeans.node.NodeData` of the simulated clients, then clipped and
@@ -244,7 +244,7 @@ class SimulatedPool:
         """The clients' rows for ``stage``: folded as the real pool folds them.
 
         With ``fold`` (the strategy's streaming rounds) the rows are clipped and added
-        by the same :class:`~fedkmeans.strategies.aggregation.RunningSums` as a real
+        by the same :class:`~fedkmeans.server.aggregation.RunningSums` as a real
         round's replies, step 1's as upper triangles (no (m, d, d) stack); without it
         they are returned stacked.
         """

@@ -11,7 +11,7 @@ inf are rejected and logged (never their values); the round goes on while at lea
 ``federation.min-replies`` of the requested clients answered.
 
 With ``privacy.aggregation = secagg`` (:attr:`ClientPool.secagg` set) the protocol
-rounds go through Flower's SecAgg+ instead (:mod:`fedkmeans.strategies.secagg`): no
+rounds go through Flower's SecAgg+ instead (:mod:`fedkmeans.server.secagg`): no
 per-client row ever exists on the server, and :meth:`ClientPool.query` returns (and
 shows its observers) only the noisy sums, as ``Replies(aggregated=True)``.
 """
@@ -31,8 +31,8 @@ from flwr.serverapp import Grid
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
-from fedkmeans.strategies.aggregation import Fold
-from fedkmeans.strategies.replies import FoldingSink, Replies, Sink, StackingSink
+from fedkmeans.server.aggregation import Fold
+from fedkmeans.server.replies import FoldingSink, Replies, Sink, StackingSink
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
 LOG = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class ClientPool:
     #: Per round: nodes and clients asked and those whose replies were accepted.
     answered: dict[str, dict] = field(default_factory=dict)
     observers: list = field(default_factory=list)
-    #: :class:`~fedkmeans.strategies.secagg.SecAggAggregator` when
+    #: :class:`~fedkmeans.server.secagg.SecAggAggregator` when
     #: ``privacy.aggregation = secagg``: protocol rounds are summed with SecAgg+.
     secagg: object | None = None
     #: Resolved settings the nodes clip with (``auto`` chosen on the server,

@@ -1,14 +1,14 @@
-"""Protocols as strategies: FedDP-KMeans, k-FED and the server-data baselines."""
+"""The algorithms: FedDP-KMeans, k-FED and the server-data baselines, by name."""
 
-from fedkmeans.strategies.base import ServerContext, Strategy
-from fedkmeans.strategies.feddp_kmeans import FedDPKMeans
-from fedkmeans.strategies.kfed import KFed
-from fedkmeans.strategies.lloyds import (
+from fedkmeans.algorithms.feddp_kmeans import FedDPKMeans
+from fedkmeans.algorithms.kfed import KFed
+from fedkmeans.algorithms.server_baselines import (
     NonPrivateLloyds,
     ServerKMeansPlusPlus,
     ServerLloyds,
     SpherePacking,
 )
+from fedkmeans.server.context import ServerContext, Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls

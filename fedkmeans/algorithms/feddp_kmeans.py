@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedkmeans.server.context import ServerContext, Strategy
 from fedkmeans.stages import feddp_init
-from fedkmeans.strategies.base import ServerContext, Strategy
 
 
 class FedDPKMeans(Strategy):

@@ -27,13 +27,13 @@ from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
+from fedkmeans.server.aggregation import Fold, clipped_sum
+from fedkmeans.server.pool import ClientPool
+from fedkmeans.server.replies import Replies
 from fedkmeans.stages import protocol, statistic_bounds
 from fedkmeans.stages import stage as stage_named
 from fedkmeans.stages.check import final_check
 from fedkmeans.stages.lloyds import lloyds_step
-from fedkmeans.strategies.aggregation import Fold, clipped_sum
-from fedkmeans.strategies.pool import ClientPool
-from fedkmeans.strategies.replies import Replies
 from fedkmeans.tuning.thresholds import (
     count_threshold,
     noise_std,

@@ -3,7 +3,7 @@
 :class:`Replies` is what a round gives the strategy and the observers. The pool puts
 each validated message's rows into a :class:`Sink`: :class:`StackingSink` keeps one
 row per requested client in client-id order (k-FED, audits); :class:`FoldingSink`
-clips and adds them to running sums (:class:`~fedkmeans.strategies.aggregation.
+clips and adds them to running sums (:class:`~fedkmeans.server.aggregation.
 RunningSums`) and drops them (the protocol rounds: memory independent of clients).
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedkmeans.strategies.aggregation import RunningSums
+from fedkmeans.server.aggregation import RunningSums
 
 __all__ = ["FoldingSink", "Replies", "Sink", "StackingSink"]
 

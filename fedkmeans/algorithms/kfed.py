@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedkmeans.server.context import ServerContext, Strategy
 from fedkmeans.stages.kfed import cluster_local_centers
-from fedkmeans.strategies.base import ServerContext, Strategy
 
 
 class KFed(Strategy):

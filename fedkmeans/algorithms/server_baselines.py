@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedkmeans.clustering import kmeans_plus_plus, sphere_packing_centers
+from fedkmeans.server.context import ServerContext, Strategy
 from fedkmeans.stages.check import server_only_centers
-from fedkmeans.strategies.base import ServerContext, Strategy
 
 
 class ServerKMeansPlusPlus(Strategy):

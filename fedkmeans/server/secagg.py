@@ -20,7 +20,7 @@ module bridges it into our own ``@app.main()`` protocol
   up to the calibrated variance), and the run stops with :class:`FederationError`.
 
 The server never holds a client's or a node's statistic: the returned
-:class:`~fedkmeans.strategies.replies.Replies` carries only the noisy sums (one row,
+:class:`~fedkmeans.server.replies.Replies` carries only the noisy sums (one row,
 ``aggregated = True``) and the noise scale each release is accounted with: the
 calibrated sigma, which the shares guarantee whenever at least ``n_min`` clients
 survive (more survivors add more noise; their number is a diagnostic, never in the
@@ -65,9 +65,9 @@ from fedkmeans.privacy.distributed import (
     tail_probability,
 )
 from fedkmeans.privacy.registry import mechanism
+from fedkmeans.server.pool import ClientPool, FederationError
+from fedkmeans.server.replies import Replies
 from fedkmeans.stages import stages, statistic_bounds
-from fedkmeans.strategies.pool import ClientPool, FederationError
-from fedkmeans.strategies.replies import Replies
 
 LOG = logging.getLogger(__name__)
 
