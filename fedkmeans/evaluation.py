@@ -21,8 +21,7 @@ import numpy as np
 from fedkmeans import data as data_access
 from fedkmeans import metrics
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.data.catalog import REAL_DATASETS
-from fedkmeans.data.tables import file_identity
+from fedkmeans.data.catalog import dataset
 from fedkmeans.server.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
@@ -67,25 +66,7 @@ def _cache_dir() -> Path:
 
 
 def _cache_key(config: ExperimentConfig) -> str:
-    data = config.data
-    if data.name == "npz":
-        stat = Path(data.path).stat()
-        ident = {"path": str(Path(data.path).resolve()), "size": stat.st_size,
-                 "mtime": stat.st_mtime_ns, **file_identity(config)}
-    elif data.name in REAL_DATASETS:
-        federation = data_access.real_federation(config)  # cached per process
-        ident = {
-            "dataset": data.name, "holdout": data.holdout, "clients": data.num_clients,
-            "min_points": data.min_points_per_client, "shape": list(federation.x.shape),
-            "checksum": float(np.sum(federation.x)), "seed": config.seed,
-        }
-    else:
-        ident = {
-            "seed": config.seed, "dim": data.dim, "components": data.components,
-            "clients": data.num_clients, "points": data.points_per_client,
-            "variance": data.variance, "partition": data.partition,
-            "alpha": data.dirichlet_alpha,
-        }
+    ident = dataset(config.data.name).identity(config)
     ident.update(k=config.k, restarts=config.optimal_restarts, version=1)
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 

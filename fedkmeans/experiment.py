@@ -42,8 +42,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
+from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.config_schema import check_server_points
+from fedkmeans.data.catalog import dataset
 from fedkmeans.rundir import check_output_dir
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
@@ -99,8 +101,9 @@ def num_nodes(config: ExperimentConfig) -> int:
     """Simulated nodes: ``federation.num-nodes`` or one per client up to 100."""
     if config.federation.num_nodes:
         return config.federation.num_nodes
-    if config.data.name == "mixture":
-        return min(config.data.num_clients, MAX_DEFAULT_NODES)
+    declared = dataset(config.data.name).declared_clients(config)
+    if declared is not None:  # generated clients: one node each, up to the cap
+        return min(declared, MAX_DEFAULT_NODES)
     return 1 if config.federation.engine == "flower" else MAX_DEFAULT_NODES
 
 
@@ -118,16 +121,9 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
         Naming the key, the value and what is allowed.
     """
     config = parse_config(flat)
-    if config.data.name == "npz":
-        raw = str(flat.get("data.path", "") or "")
-        if not raw:
-            raise ConfigError("config key 'data.path' must name an existing data file (.csv, "
-                              ".tsv, .parquet or .npz) when data.name='npz', got ''")
-        path = Path(raw).expanduser().resolve()
-        if not path.is_file():
-            raise ConfigError(f"config key 'data.path' must name an existing data file (.csv, "
-                              f".tsv, .parquet or .npz), got {raw!r} (resolved to {path})")
-        config = parse_config({**flat, "data.path": str(path)})
+    resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
+    if resolved != dict(flat):
+        config = parse_config(resolved)
     server_points = data_access.load_server(config)[0].shape[0]
     check_server_points(config, server_points)
     return config
@@ -274,8 +270,8 @@ def _hydra_reports_errors() -> Iterator[None]:
 
 
 #: Group options people guess, and the option they mean.
-_OPTION_HINTS = {("dataset", name): "npz" for name in
-                 ("csv", "tsv", "parquet", "pq", "file", "table", "own", "custom")}
+_OPTION_HINTS = {("dataset", name): "file" for name in
+                 ("csv", "tsv", "parquet", "pq", "table", "own", "custom")}
 
 
 def _closest(word: str, choices: Sequence[str]) -> str:
@@ -287,7 +283,8 @@ def _closest(word: str, choices: Sequence[str]) -> str:
 def _groups() -> list[str]:
     """The config groups (``algorithm``, ``dataset``, ...): the directories of ``conf/``."""
     conf = Path(__file__).with_name("conf")
-    return sorted(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    return sorted({*(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("_")),
+                   *GENERATED_GROUPS})
 
 
 def hydra_error_line(exc: BaseException) -> tuple[int, str]:

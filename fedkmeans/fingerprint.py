@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.data.catalog import REAL_DATASETS
+from fedkmeans.data.catalog import dataset
 
 __all__ = ["config_digest", "data_changes", "data_digest", "data_fingerprint",
            "describe_data", "file_sha256"]
@@ -71,23 +71,16 @@ def data_fingerprint(config: ExperimentConfig) -> dict[str, Any]:
     flat = config.to_flat()
     params = {key: value for key, value in flat.items() if key.startswith("data.")}
     params["seed"] = flat["seed"]
-    files = []
-    if config.data.name == "npz" and config.data.path:
-        paths = [Path(config.data.path).expanduser()]
-        if config.data.server_path:  # the server's own file is part of the data too
-            from fedkmeans.data.tables import server_file
-
-            paths.append(server_file(config.data.path, config.data.server_path))
-        files += [{"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}
-                  for path in paths]
+    spec = dataset(config.data.name)  # the server's own file is part of the data too
+    files = [{"path": str(path), "sha256": file_sha256(path) if path.is_file() else None}
+             for path in spec.files(config)]
     packages = []
-    if config.data.name in REAL_DATASETS:
-        name = REAL_DATASETS[config.data.name]
+    if spec.package:
         try:
-            version = metadata.version(name)
+            version = metadata.version(spec.package)
         except metadata.PackageNotFoundError:
             version = None
-        packages.append({"name": name, "version": version})
+        packages.append({"name": spec.package, "version": version})
     return {"params": params, "files": files, "packages": packages}
 
 

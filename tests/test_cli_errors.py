@@ -25,7 +25,7 @@ def _cli(args, cwd, **env):
     (["data.pth=x.csv"], ["unknown config key 'data.pth'", "did you mean 'data.path'?"]),
     (["partitioner=dirichlett"], ["group 'partitioner' has no option 'dirichlett'",
                                   "did you mean 'dirichlet'?"]),
-    (["dataset=csv"], ["group 'dataset' has no option 'csv'", "did you mean 'npz'?"]),
+    (["dataset=csv"], ["group 'dataset' has no option 'csv'", "did you mean 'file'?"]),
     (["-m", "privacy.epsilon=1", "algorithm=kfedd,kfed"],
      ["group 'algorithm' has no option 'kfedd'", "did you mean 'kfed'?"]),
     (["privacy.epsilon=["], ["cannot parse the override 'privacy.epsilon=['"]),

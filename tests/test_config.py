@@ -15,7 +15,7 @@ from fedkmeans.config import (
     config_keys,
     parse_config,
 )
-from fedkmeans.data.catalog import REAL_DATASETS
+from fedkmeans.data import catalog
 from fedkmeans.experiment import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +41,8 @@ def _flat_hydra(overrides=()) -> dict:
 
 
 def _options(group: str) -> list[str]:
+    if group == "dataset":  # generated from the registered data sets
+        return sorted(catalog.options())
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
@@ -115,8 +117,9 @@ def test_infinite_epsilon_is_non_private_and_split_accepts_lists():
 )
 def test_every_group_option_composes_and_validates(option):
     group, name = option
-    if group == "dataset" and name in REAL_DATASETS:
-        if importlib.util.find_spec(REAL_DATASETS[name]) is None:
+    if group == "dataset":
+        spec = catalog.dataset(catalog.options()[name]["data.name"])
+        if not spec.installed():
             with pytest.raises(ConfigError, match="data.name"):
                 parse_config(_flat_hydra([f"{group}={name}"]))
             return
@@ -124,7 +127,7 @@ def test_every_group_option_composes_and_validates(option):
     if group == "algorithm":
         assert config.algorithm == name
     if group == "dataset":
-        assert config.data.name == name.split("-")[0]
+        assert config.data.name == catalog.options()[name]["data.name"]
 
 
 def test_groups_set_flat_keys_and_values_override_groups():
@@ -192,12 +195,12 @@ def test_k_auto_round_trips_and_is_feddp_only():
     ],
 )
 def test_data_keys_are_validated_before_any_data_is_read(flat, key, monkeypatch):
-    import fedkmeans.data as data_access
+    from fedkmeans.data import real
 
     def no_data(*args, **kwargs):
         raise AssertionError("data was read before validation")
 
-    monkeypatch.setattr(data_access, "_columns", no_data)
+    monkeypatch.setattr(real, "_columns", no_data)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         parse_config(flat)
 

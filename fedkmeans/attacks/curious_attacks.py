@@ -12,7 +12,6 @@ in each round is recomputed by that round's stage ``client`` (:mod:`fedkmeans.st
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from fedkmeans.attacks.membership import cost_scores
 from fedkmeans.attacks.reconstruction import attack_client_reply
 from fedkmeans.attacks.scoring import membership_summary
 from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.catalog import dataset
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
@@ -56,8 +56,6 @@ class GroundTruth:
 
     def all_client_ids(self) -> list[int]:
         """Every client id of the simulated federation."""
-        if self.config.data.name == "mixture":
-            return list(range(self.config.data.num_clients))
         return data_access.node_client_ids(self.config, 0, 1).astype(int).tolist()
 
     def points(self, cid: int) -> np.ndarray:
@@ -73,15 +71,7 @@ class GroundTruth:
 
     def fresh_points(self, n: int) -> np.ndarray | None:
         """``n`` points of the training distribution that no client holds (mixture only)."""
-        if self.config.data.name != "mixture":
-            return None
-        per = self.config.data.points_per_client
-        first = self.config.data.num_clients
-        parts = [
-            data_access.load_client(self.config, first + i)[0]
-            for i in range(math.ceil(n / per))
-        ]
-        return np.concatenate(parts)[:n]
+        return dataset(self.config.data.name).fresh_points(self.config, n)
 
 
 def _round_clients(replies) -> np.ndarray:

@@ -1,1 +1,39 @@
-"""Hydra configs: the one source of experiment defaults."""
+"""Hydra configs: ``config.yaml`` and the groups, some of them generated from registries.
+
+The ``dataset`` group has one option per preset of every registered data set
+(:meth:`fedkmeans.data.catalog.Dataset.options`), stored in Hydra's ``ConfigStore``
+when this package is imported and whenever a data set is registered later, so a data
+set's module is the only place that names its options.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from fedkmeans.data import catalog
+
+#: The groups whose options are generated here (no directory of their own).
+GENERATED_GROUPS = ("dataset",)
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"data.name": "x", "k": 5}`` -> ``{"data": {"name": "x"}, "k": 5}``."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *sections, name = key.split(".")
+        node = out
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return out
+
+
+def _store_dataset(spec: catalog.Dataset) -> None:
+    for option, keys in spec.options().items():
+        ConfigStore.instance().store(group="dataset", name=option, node=nested(keys),
+                                     package="_global_")
+
+
+catalog.subscribe(_store_dataset)

