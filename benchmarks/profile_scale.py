@@ -1,10 +1,21 @@
-"""Profile one in-process FedDP-KMeans run of the scale benchmark (where the time goes).
+"""Profile the scale benchmark's run, or measure the optimal-cost diagnostic's memory.
 
     python benchmarks/profile_scale.py --clients 100000
+    python benchmarks/profile_scale.py --optimal-cost 30000:50:100 100000:10:20
 
-Same configuration as ``benchmarks/scale.py`` (mixture, 50 points per client, d = 100,
-client level, eps = 3, T = 0, 100 nodes); prints the round timings and the functions
-with the most own time (cProfile adds roughly 10-30% to the wall time).
+Default: one in-process FedDP-KMeans run with the configuration of
+``benchmarks/scale.py`` (mixture, 50 points per client, d = 100, client level,
+eps = 3, T = 0, 100 nodes); prints the round timings and the functions with the most
+own time (cProfile adds roughly 10-30% to the wall time).
+
+``--optimal-cost clients:points:dim ...``: for each shape, in a fresh process, the
+peak resident memory above the process's baseline and the time of
+:func:`fedkmeans.evaluation.optimal_cost` (the pooled k-means every cost ratio is
+measured against), next to the same k-means done as before this benchmark existed
+(the pooled data through ``data.load_pooled`` -- per-client arrays concatenated, with
+labels -- and scikit-learn's copy of it); both optima, their relative difference, and
+the peaks in units of the data's size (n x d x 8 bytes). Rows go to
+docs/results/scale-optimal-cost.{csv,md}.
 """
 
 from __future__ import annotations
@@ -12,10 +23,20 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from results_table import markdown_table, write_csv
 
 from fedkmeans.experiment import run
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 BASE = [
     "optimal-cost=skip",  # evaluation, not the algorithm
@@ -26,11 +47,109 @@ BASE = [
 ]
 
 
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _peak_during(compute) -> tuple[object, int, float]:
+    """``compute()``'s value, this process's peak RSS while it ran (sampled every
+    10 ms) and its seconds."""
+    peak, stop = [_rss()], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    start = time.perf_counter()
+    try:
+        value = compute()
+    finally:
+        seconds = time.perf_counter() - start
+        stop.set()
+        thread.join()
+    return value, peak[0], seconds
+
+
+def optimal_cost_memory(clients: int, points: int, dim: int, how: str) -> dict:
+    """In this (fresh) process: the optimal cost's peak memory above the baseline."""
+    os.environ["FEDKMEANS_CACHE_DIR"] = tempfile.mkdtemp()  # never read a cached value
+    import numpy as np  # noqa: F401 - loaded before the baseline
+    import sklearn.cluster  # noqa: F401
+
+    from fedkmeans import evaluation, metrics
+    from fedkmeans.config import parse_config
+    from fedkmeans.data import load_pooled
+
+    config = parse_config({"data.num-clients": clients, "data.points-per-client": points,
+                           "data.dim": dim})
+
+    def before() -> float:  # the diagnostic as it was: pooled copy, scikit-learn's copy
+        from sklearn.cluster import KMeans
+
+        x = load_pooled(config)[0]
+        model = KMeans(n_clusters=config.k, n_init=config.optimal_restarts,
+                       random_state=metrics._sklearn_random_state(config.seed)).fit(x)
+        return metrics.kmeans_cost(x, model.cluster_centers_)
+
+    def now() -> float:
+        return evaluation.optimal_cost(config)
+
+    baseline = _rss()
+    cost, peak, seconds = _peak_during(before if how == "before" else now)
+    data = clients * points * dim * 8
+    return {"clients": clients, "points_per_client": points, "dim": dim, "version": how,
+            "data_gib": round(data / 2**30, 3), "optimal_cost": cost,
+            "seconds": round(seconds, 1),
+            "peak_above_baseline_gib": round((peak - baseline) / 2**30, 3),
+            "peak_over_data": round((peak - baseline) / data, 3)}
+
+
+def measure_optimal_cost(shapes: list[str], output: Path) -> None:
+    rows = []
+    for shape in shapes:
+        clients, points, dim = (int(v) for v in shape.split(":"))
+        pair = {}
+        for how in ("before", "now"):
+            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+                pair[how] = pool.submit(optimal_cost_memory, clients, points, dim,
+                                        how).result()
+        relative = abs(pair["now"]["optimal_cost"] - pair["before"]["optimal_cost"]) / abs(
+            pair["before"]["optimal_cost"])
+        for how in ("before", "now"):
+            row = dict(pair[how])
+            row["optimal_cost"] = f"{row['optimal_cost']:.10g}"
+            row["relative_difference"] = f"{relative:.2e}"
+            rows.append(row)
+            print(row, flush=True)
+    write_csv(output.with_suffix(".csv"), rows)
+    output.with_suffix(".md").write_text(
+        "Measured by `python benchmarks/profile_scale.py --optimal-cost "
+        + " ".join(shapes) + "` on 2 cores (mixture, k = 10, 10 restarts): the peak "
+        "resident memory of a fresh process above its baseline while it computes the "
+        "optimal cost, in GiB and in units of the pooled data (clients x points x d x 8 "
+        "bytes). *before*: the pooled data from `data.load_pooled` and scikit-learn's "
+        "copy; *now*: `evaluation.optimal_cost` (one array filled client block by "
+        "client block, centered in place, costs summed in row chunks). "
+        "*relative_difference*: between the two optima.\n\n"
+        + "\n".join(markdown_table(rows)) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--optimal-cost", nargs="+", metavar="CLIENTS:POINTS:DIM")
+    parser.add_argument("--output", default=str(OUT / "scale-optimal-cost"))
     args = parser.parse_args()
+    if args.optimal_cost:
+        measure_optimal_cost(args.optimal_cost, Path(args.output))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         profile = cProfile.Profile()
         result = profile.runcall(

@@ -13,7 +13,13 @@ encoded sum (its clients' clipped statistics plus their noise shares) and weight
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
 from collections import OrderedDict
+from pathlib import Path
 
 from flwr.app import Context, Message
 from flwr.client.mod import secaggplus_mod
@@ -21,9 +27,10 @@ from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
 
+from fedkmeans import data as data_access
 from fedkmeans import wire
 from fedkmeans.config import CLIENT_SETTINGS, parse_config
-from fedkmeans.node import NodeData
+from fedkmeans.node import NodeData, shard_ready
 from fedkmeans.stages import Stage, stage, subscribe
 from fedkmeans.wire import pack, unpack
 
@@ -31,9 +38,53 @@ app = ClientApp()
 
 #: Loaded nodes of the current run, least recently used first (one per node in this
 #: process; a simulation actor serves many virtual nodes, the in-process engine all of
-#: them). Cleared when the run config changes; bounded by federation.node-cache-mb.
+#: them). Cleared when the run config changes; what they hold in memory is bounded by
+#: federation.node-cache-mb (beyond it, nodes are spilled to files).
 _NODES: OrderedDict[tuple, NodeData] = OrderedDict()
 _RUN_KEY: list[tuple] = []
+#: Environment variable naming a directory every process of a run shares for spilled
+#: nodes (set by the flower engine; its temporary directory, removed after the run).
+SHARD_DIR_ENV = "FEDKMEANS_NODE_SHARDS"
+#: This process's own directory for spilled nodes, when no shared one is set.
+_OWN_DIR: list[Path] = []
+#: Fraction of the machine's memory one process keeps of its nodes' points by default.
+AUTO_CACHE_FRACTION = 1 / 64
+
+
+def machine_memory() -> int:
+    """Bytes of memory of this machine (``MemTotal``), or 8 GiB if unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def cache_budget(node_cache_mb: float) -> int:
+    """Bytes of nodes' points one process keeps in memory.
+
+    ``federation.node-cache-mb`` > 0 is that many MiB; 0 (the default) is
+    :data:`AUTO_CACHE_FRACTION` of the machine's memory (384 MiB on 24 GiB), at least
+    64 MiB.
+    """
+    if node_cache_mb > 0:
+        return int(node_cache_mb * 2**20)
+    return max(64 * 2**20, int(machine_memory() * AUTO_CACHE_FRACTION))
+
+
+def _shard_dir() -> tuple[Path, bool]:
+    """Where this process spills nodes, and whether other processes of the run share it."""
+    shared = os.environ.get(SHARD_DIR_ENV, "")
+    if shared:
+        return Path(shared), True
+    if not _OWN_DIR:
+        _OWN_DIR.append(Path(tempfile.mkdtemp(prefix="fedkmeans-nodes-")))
+        atexit.register(shutil.rmtree, _OWN_DIR[0], True)
+    return _OWN_DIR[0], False
+
+
+def _shard_name(run_key: tuple, key: tuple) -> str:
+    digest = hashlib.sha256(repr((run_key, key)).encode()).hexdigest()[:24]
+    return f"node-{key[0]}-of-{key[1]}-{digest}"
 
 
 def node_data(context: Context, settings: dict | None = None) -> NodeData:
@@ -43,10 +94,15 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
     ``auto`` ones from public information); they replace the run config's values, and
     the node loads its clients again, clipped with them, when they change.
 
-    With ``federation.node-cache-mb`` > 0 the process keeps at most that many MiB of
-    nodes' points (always the current node): Flower's simulation sends any virtual
-    node's message to any actor, so without a bound every actor ends up holding every
-    node it has served. An evicted node is loaded again (the same points) when asked.
+    Flower's simulation sends any virtual node's message to any actor, so without a
+    bound every actor would end up holding every node it has served. The process
+    keeps at most :func:`cache_budget` bytes of nodes' points in memory (always the
+    current node); beyond it the least recently used nodes are *spilled*: their points
+    go to a file once and each request maps it (:meth:`NodeData.resident`), from the
+    page cache. Under the flower engine the actors share one directory, every node is
+    written there when first built, and an actor asked for a node another one built
+    maps its file instead of building it again. Use the node inside
+    ``with node.resident():``.
     """
     node_config = context.node_config
     partition_id = int(node_config.get("partition-id", 0))
@@ -57,7 +113,7 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
                        if key in CLIENT_SETTINGS})
     run_key = tuple(sorted(run_config.items()))
     if _RUN_KEY != [run_key]:  # a new run: forget the previous run's data
-        _NODES.clear()
+        _forget_loaded()
         forget_clipping_warning()
         _RUN_KEY[:] = [run_key]
     key = (partition_id, num_partitions, data_path)
@@ -65,17 +121,40 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
         _NODES.move_to_end(key)
         return _NODES[key]
     config = parse_config(run_config)
+    directory, shared = _shard_dir()
+    name = _shard_name(run_key, key)
+    if shared and shard_ready(directory / name):  # another actor built it: map its file
+        node = NodeData.open_spilled(config, directory / name, data_path)
+        _NODES[key] = node
+        return node
     # a radius the server resolved (`auto`) is summarised once by the server, privately
     declared_radius = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
     node = NodeData.load(config, partition_id, num_partitions, data_path,
                          warn=declared_radius)
+    budget = cache_budget(config.federation.node_cache_mb)
+    if shared and node.nbytes > budget // 8:  # worth sharing: the other actors map it
+        node.spill(directory, name)
     _NODES[key] = node
-    budget = config.federation.node_cache_mb * 2**20
-    if budget:
-        held = sum(n.nbytes for n in _NODES.values())
-        while len(_NODES) > 1 and held > budget:
-            held -= _NODES.popitem(last=False)[1].nbytes
+    held = sum(n.nbytes for n in _NODES.values())
+    for other_key in list(_NODES):
+        if held <= budget:
+            break
+        other = _NODES[other_key]
+        if other_key == key or not other.nbytes:
+            continue
+        freed = other.nbytes
+        if other.spill(directory, _shard_name(run_key, other_key)) is None:
+            del _NODES[other_key]  # cannot be spilled (ragged clients): loaded again
+        held -= freed
     return node
+
+
+def _forget_loaded() -> None:
+    """Drop this process's nodes and its own spilled files (not a shared directory's)."""
+    _NODES.clear()
+    if _OWN_DIR:
+        for entry in _OWN_DIR[0].iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def forget_clipping_warning() -> None:
@@ -87,7 +166,7 @@ def forget_clipping_warning() -> None:
 
 def forget_nodes() -> None:
     """Drop the loaded nodes of this process (the in-process engine, after its run)."""
-    _NODES.clear()
+    _forget_loaded()
     _RUN_KEY.clear()
 
 
@@ -97,7 +176,18 @@ def _reply(msg: Message, clients, stats: dict) -> Message:
 
 @app.query("register")
 def register(msg: Message, context: Context) -> Message:
-    """Announce the hosted client ids and the feature dimension (no data values)."""
+    """Announce the hosted client ids and the feature dimension (no data values).
+
+    The synthetic mixture's ids and dimension follow from the run config: the node
+    builds its clients when a round first asks for them, not here.
+    """
+    config = parse_config(dict(context.run_config))
+    node_config = context.node_config
+    if config.data.name == "mixture" and not node_config.get("data-path"):
+        ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
+                                          int(node_config.get("num-partitions", 1)))
+        return Message(pack({"client_ids": ids}, {"dim": config.data.dim if ids.size else 0}),
+                       reply_to=msg)
     node = node_data(context)
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
 
@@ -114,9 +204,9 @@ def serve(stage: Stage) -> None:
     def reply(msg: Message, context: Context) -> Message:
         arrays, settings = unpack(msg.content)
         clients = arrays["client_ids"]
-        node = node_data(context, settings)
         compute = stage.wire or stage.client
-        stats = compute(node, clients.tolist(), {**settings, **arrays})
+        with node_data(context, settings).resident() as node:
+            stats = compute(node, clients.tolist(), {**settings, **arrays})
         return _reply(msg, clients, stats)
 
     reply.__doc__ = f"Stage {stage.name!r} ({stage.group})."
@@ -130,8 +220,9 @@ subscribe(serve)
 def evaluate(msg: Message, context: Context) -> Message:
     """Non-private evaluation of the final centers over every hosted client."""
     arrays, settings = unpack(msg.content)
-    return Message(pack(node_data(context, settings).evaluate(arrays["centers"])),
-                   reply_to=msg)
+    with node_data(context, settings).resident() as node:
+        out = node.evaluate(arrays["centers"])
+    return Message(pack(out), reply_to=msg)
 
 
 @app.train(mods=[secaggplus_mod])
@@ -151,8 +242,8 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     names = [n for n in str(settings[wire.SECAGG_ARRAYS]).split(",") if n]
     arrays = dict(zip(names, payload[1:], strict=True))
     clients = payload[0].astype(int).tolist()
-    node = node_data(context, dict(settings))
-    stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
+    with node_data(context, dict(settings)).resident() as node:
+        stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
     wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(

@@ -338,7 +338,45 @@ def _sklearn_random_state(seed: int) -> int:
     return int(seq.generate_state(1, dtype=np.uint32)[0])
 
 
-def optimal_cost(x: np.ndarray, k: int, *, seed: int, n_init: int = 10) -> tuple[float, np.ndarray]:
+#: Entries of one block of the optimal cost's own passes over the pooled data (2 MiB).
+_LEAN_BLOCK_ENTRIES = 1 << 18
+
+
+def _variance_mean(x: np.ndarray) -> float:
+    """``np.mean(np.var(x, axis=0))`` in row blocks: no (n, d) temporary."""
+    mean = x.mean(axis=0)
+    total = np.zeros(x.shape[1])
+    step = max(1, _LEAN_BLOCK_ENTRIES // x.shape[1])
+    for start in range(0, x.shape[0], step):
+        block = x[start:start + step] - mean
+        block *= block
+        total += block.sum(axis=0)
+    return float(np.mean(total / x.shape[0]))
+
+
+def _lean_kmeans(kmeans):
+    """scikit-learn's KMeans whose relative tolerance is computed in row blocks.
+
+    ``KMeans`` turns ``tol`` into ``mean(var(X, axis=0)) * tol`` with ``np.var``,
+    which holds an (n, d) temporary: a second copy of the pooled data. The same
+    tolerance from :func:`_variance_mean` (equal up to round-off) avoids it.
+    """
+
+    class LeanKMeans(kmeans):
+        def _check_params_vs_input(self, X, *args, **kwargs):
+            tol, self.tol = self.tol, 0.0  # tol = 0 skips np.var
+            try:
+                super()._check_params_vs_input(X, *args, **kwargs)
+            finally:
+                self.tol = tol
+            self._tol = _variance_mean(X) * tol if tol else 0.0
+
+    return LeanKMeans
+
+
+def optimal_cost(
+    x: np.ndarray, k: int, *, seed: int, n_init: int = 10, overwrite_x: bool = False
+) -> tuple[float, np.ndarray]:
     """Centralized, non-private k-means reference cost.
 
     Runs ``sklearn.cluster.KMeans(n_clusters=k, n_init=n_init)`` (k-means++
@@ -356,15 +394,23 @@ def optimal_cost(x: np.ndarray, k: int, *, seed: int, n_init: int = 10) -> tuple
         ``SeedSequence(entropy=seed, spawn_key=(100,))``.
     n_init : int, default 10
         Number of k-means++ restarts, ``>= 1``.
+    overwrite_x : bool, default False
+        Let scikit-learn center ``x`` in place (``copy_x=False``) instead of copying
+        it: the caller's float64 array is modified in its last bits (centered, then
+        un-centered). The centers are the same; the memory of one copy of ``x`` is
+        saved. Only for an array the caller owns and throws away.
 
     Returns
     -------
     cost : float
-        :func:`kmeans_cost` of ``x`` at the fitted centers.
+        :func:`kmeans_cost` of ``x`` at the fitted centers (summed in row chunks, so
+        no (n, k) distance matrix exists).
     centers : numpy.ndarray of float64, shape (k, d)
         The fitted centers.
     """
     from sklearn.cluster import KMeans
+
+    from fedkmeans.clustering.distances import squared_distances as kernel
 
     x = _as_points("x", x)
     for name, value in (("k", k), ("n_init", n_init)):
@@ -374,7 +420,12 @@ def optimal_cost(x: np.ndarray, k: int, *, seed: int, n_init: int = 10) -> tuple
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if x.shape[0] < k:
         raise ValueError(f"x must have at least k={k} points, got {x.shape[0]}")
-    model = KMeans(n_clusters=int(k), n_init=int(n_init), random_state=_sklearn_random_state(seed))
+    model = _lean_kmeans(KMeans)(n_clusters=int(k), n_init=int(n_init),
+                                 random_state=_sklearn_random_state(seed),
+                                 copy_x=not overwrite_x)
     model.fit(x)
     centers = np.asarray(model.cluster_centers_, dtype=np.float64)
-    return kmeans_cost(x, centers), centers
+    total, step = 0.0, max(1, _LEAN_BLOCK_ENTRIES // max(k, x.shape[1]))
+    for start in range(0, x.shape[0], step):
+        total += float(kernel(x[start:start + step], centers).min(axis=1).sum())
+    return total / x.shape[0], centers

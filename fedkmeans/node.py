@@ -17,8 +17,12 @@ Client-side privacy duties (the server re-clips anyway):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy import sparse
@@ -29,6 +33,7 @@ from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.data.mixture import mixture_block
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
@@ -75,18 +80,121 @@ class NodeData:
         ``points[c]`` become views of it, so the points of consecutive clients -- the
         batches the server asks for -- are one slice, never copied per round.
         """
+        self._spilled: Path | None = None
+        self._resident = 0
         order = [c for c in self.client_ids.tolist() if c in self.points]
         arrays = [self.points[c] for c in order]
         self._stacked = None
+        self._labels_stacked = None
         if not arrays or len(order) != len(self.points) or any(
                 x.ndim != 2 or x.shape[1] != arrays[0].shape[1] for x in arrays):
             return
         sizes = np.array([x.shape[0] for x in arrays])
-        self._stacked = np.concatenate(arrays)
-        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
-        self._position = {c: i for i, c in enumerate(order)}
-        self.points = {c: self._stacked[self._offsets[i]:self._offsets[i + 1]]
-                       for i, c in enumerate(order)}
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        first = arrays[0]
+        if first.base is not None and _is_block(first.base, arrays, offsets):
+            stacked = first.base  # already one array, client after client (load)
+        else:
+            stacked = np.concatenate(arrays)
+        labels = [self.labels.get(c) for c in order]
+        labels_stacked = None
+        if all(y is not None and y.ndim == 1 for y in labels) and sum(
+                y.size for y in labels) == offsets[-1]:
+            labels_stacked = (labels[0].base if labels[0].base is not None
+                              and _is_block(labels[0].base, labels, offsets)
+                              else np.concatenate(labels))
+        self._adopt(order, offsets, stacked, labels_stacked)
+
+    def _adopt(self, order, offsets, stacked, labels_stacked) -> None:
+        """Make ``points`` (and ``labels``) views of the stacked arrays."""
+        self._order = list(order)
+        self._offsets = np.asarray(offsets)
+        self._position = {c: i for i, c in enumerate(self._order)}
+        self._stacked = stacked
+        self._labels_stacked = labels_stacked
+        bounds = list(zip(self._offsets[:-1].tolist(), self._offsets[1:].tolist(),
+                          strict=True))
+        self.points = {c: stacked[a:b] for c, (a, b) in zip(self._order, bounds, strict=True)}
+        if labels_stacked is not None:
+            self.labels = {c: labels_stacked[a:b]
+                           for c, (a, b) in zip(self._order, bounds, strict=True)}
+
+    # -- memory: a node's points may live in a file, read while a request runs -------
+    @property
+    def spilled(self) -> bool:
+        """True when the points live in a file (:meth:`spill`), mapped per request."""
+        return self._spilled is not None
+
+    def spill(self, directory: str | os.PathLike, name: str) -> Path | None:
+        """Move the points (and labels) to ``directory/name`` and free them here.
+
+        The files are written once (atomically: another process may read them, see
+        :meth:`open_spilled`); :meth:`resident` maps them for the length of a request,
+        from the page cache, which the kernel may reclaim: this process's resident
+        memory no longer grows with the node. Returns the shard's path, or None when
+        the node cannot be spilled (its clients' points are not one array).
+        """
+        if self._spilled is not None:
+            return self._spilled
+        if self._stacked is None:
+            return None
+        path = Path(directory) / name
+        if not (path / _DONE).exists():
+            write_shard(path, self)
+        self._free(path)
+        return path
+
+    def _free(self, path: Path) -> None:
+        self._spilled = path
+        self._stacked = self._labels_stacked = None
+        self.points = {}
+        if self.labels and all(y is not None for y in self.labels.values()):
+            self.labels = {}
+
+    @classmethod
+    def open_spilled(cls, config: ExperimentConfig, path: str | os.PathLike,
+                     data_path: str = "") -> NodeData:
+        """A node whose points another process spilled to ``path`` (same run, same node)."""
+        path = Path(path)
+        with np.load(path / _META) as meta:
+            ids = meta["client_ids"]
+            clipped = meta["clipped"]
+            norm_offsets = meta["norm_offsets"]
+            norms = meta["norms"]
+            has_labels = bool(meta["has_labels"])
+        raw = {int(c): norms[norm_offsets[i]:norm_offsets[i + 1]]
+               for i, c in enumerate(clipped.tolist())}
+        node = cls(config, ids, {}, {c: None for c in ids.tolist()} if not has_labels else {},
+                   data_path, frozenset(clipped.tolist()), raw)
+        node._offsets = np.load(path / _OFFSETS)
+        node._order = ids.tolist()
+        node._position = {c: i for i, c in enumerate(node._order)}
+        node._spilled = path
+        return node
+
+    @contextmanager
+    def resident(self) -> Iterator[NodeData]:
+        """The points in reach while the block runs (mapped from the file if spilled).
+
+        Nested blocks share one mapping; when the outermost ends the mapping is dropped
+        (the pages stay in the page cache for the next request, not in this process).
+        """
+        if self._spilled is None:
+            yield self
+            return
+        if self._resident == 0:
+            points = np.asarray(np.load(self._spilled / _POINTS, mmap_mode="r"))
+            labels = None
+            if (self._spilled / _LABELS).exists():
+                labels = np.asarray(np.load(self._spilled / _LABELS, mmap_mode="r"))
+            self._adopt(self._order, self._offsets, points, labels)
+        self._resident += 1
+        try:
+            yield self
+        finally:
+            self._resident -= 1
+            if self._resident == 0:
+                self._free(self._spilled)
 
     @classmethod
     def load(
@@ -103,14 +211,16 @@ class NodeData:
         radius = config.privacy.data_radius
         clipped = total = 0
         clipped_clients = set()
-        for cid in ids.tolist():
-            x, y = data_access.load_client(config, cid, data_path)
+        for cid, x, y, owned in _clients(config, ids, data_path):
             total += x.shape[0]
             if config.is_private and radius != AUTO:  # auto: registration only
                 norms = np.linalg.norm(x, axis=1)
                 outside = int((norms > radius).sum())
                 if outside:
-                    x = clip_rows_l2(x, radius)
+                    if owned:  # the client's own rows of the node's block
+                        x[...] = clip_rows_l2(x, radius)
+                    else:  # the loader's array (perhaps cached): a clipped copy
+                        x = clip_rows_l2(x, radius)
                     clipped += outside
                     clipped_clients.add(cid)
                     raw_norms[cid] = norms
@@ -133,14 +243,23 @@ class NodeData:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the hosted clients' points and labels."""
+        """Bytes of the hosted clients' points and labels held in memory (0 if spilled)."""
+        if self._spilled is not None:
+            return 0
+        if self._stacked is not None:
+            return self._stacked.nbytes + (0 if self._labels_stacked is None
+                                           else self._labels_stacked.nbytes)
         return sum(x.nbytes for x in self.points.values()) + sum(
             y.nbytes for y in self.labels.values() if y is not None)
 
     @property
     def dim(self) -> int:
         """Feature dimension d (0 if the node hosts no client)."""
-        return next(iter(self.points.values())).shape[1] if self.points else 0
+        if self.points:
+            return next(iter(self.points.values())).shape[1]
+        if self._spilled is not None:
+            return int(np.load(self._spilled / _POINTS, mmap_mode="r").shape[1])
+        return 0
 
     def covariance(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as full matrices, shape (m, d, d): :meth:`covariance_triangles` unfolded.
@@ -419,6 +538,79 @@ class NodeData:
             out["table"] = table.reshape(values.size, k).astype(np.float64)
         return out
 
+
+
+#: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
+_POINTS, _LABELS, _OFFSETS, _META, _DONE = (
+    "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
+
+
+def write_shard(path: Path, node: NodeData) -> None:
+    """Write ``node``'s stacked points, labels and clip record to ``path``, atomically.
+
+    Written to a fresh sibling directory, then renamed: a reader sees a whole shard or
+    none. When another process wrote the same shard first, its copy is kept.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    np.save(tmp / _POINTS, node._stacked)
+    if node._labels_stacked is not None:
+        np.save(tmp / _LABELS, node._labels_stacked)
+    np.save(tmp / _OFFSETS, node._offsets)
+    clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
+    norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
+    np.savez(tmp / _META, client_ids=np.asarray(node._order, dtype=np.int64),
+             clipped=clipped,
+             norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
+                 np.int64),
+             norms=np.concatenate([np.zeros(0), *norms]),
+             has_labels=np.array(node._labels_stacked is not None))
+    (tmp / _DONE).touch()
+    try:
+        tmp.rename(path)
+    except OSError:  # another process's shard is there already: keep it
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
+def shard_ready(path: str | os.PathLike) -> bool:
+    """True when a whole shard is at ``path`` (:func:`write_shard`)."""
+    return (Path(path) / _DONE).exists()
+
+
+def _is_block(base: np.ndarray, arrays: list[np.ndarray], offsets: np.ndarray) -> bool:
+    """True when ``arrays`` are the consecutive row slices of ``base`` at ``offsets``."""
+    if base.ndim != arrays[0].ndim or base.shape[0] != offsets[-1]:
+        return False
+    start = base.__array_interface__["data"][0]
+    row = base.strides[0]
+    return all(a.base is base and a.__array_interface__["data"][0] == start + o * row
+               for a, o in zip(arrays, offsets[:-1].tolist(), strict=True))
+
+
+def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
+    """Each hosted client's (id, points, labels, owned); the mixture's as views of one block.
+
+    ``owned``: the points are this node's own array (it may clip them in place).
+
+    The mixture's clients are generated straight into one array
+    (:func:`~fedkmeans.data.mixture.mixture_block`, bit-identical to one client at a
+    time), which the node then keeps as is.
+    """
+    data = config.data
+    if data.name == "mixture" and not data_path and ids.size:
+        n = data.points_per_client
+        x, y = mixture_block(config.seed, ids.tolist(), k=data.components, dim=data.dim,
+                             n_points=n, variance=data.variance, partition=data.partition,
+                             dirichlet_alpha=data.dirichlet_alpha)
+        for i, cid in enumerate(ids.tolist()):
+            yield cid, x[i * n:(i + 1) * n], y[i * n:(i + 1) * n], True
+        return
+    for cid in ids.tolist():
+        x, y = data_access.load_client(config, cid, data_path)
+        yield cid, x, y, False
 
 
 def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:

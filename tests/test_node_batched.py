@@ -103,7 +103,7 @@ def test_triangle_clipping_equals_clipping_the_full_matrix():
     assert (np.linalg.norm(symmetric_from_upper(clipped, 6), axis=(1, 2)) <= 3.0 + 1e-12).all()
 
 
-def test_a_bounded_node_cache_keeps_the_current_node_and_reloads_the_same_points():
+def test_a_bounded_node_cache_keeps_the_current_node_and_spills_the_others_to_files():
     from flwr.app import Context, RecordDict
 
     from fedkmeans import client_app
@@ -120,19 +120,23 @@ def test_a_bounded_node_cache_keeps_the_current_node_and_reloads_the_same_points
         points = {c: x.copy() for c, x in first.points.items()}
         for node in (1, 2, 3):
             client_app.node_data(context(node))
-            assert list(client_app._NODES) == [(node, 4, "")]  # only the current one
+            in_memory = [k for k, n in client_app._NODES.items() if not n.spilled]
+            assert in_memory == [(node, 4, "")]  # only the current one
         again = client_app.node_data(context(0))
-        assert again is not first  # evicted, then loaded again
-        for c, x in points.items():
-            np.testing.assert_array_equal(again.points[c], x)
-        unbounded = {**flat, "federation.node-cache-mb": 0.0}
+        assert again is first and again.spilled and not again.points  # in a file
+        with again.resident():
+            for c, x in points.items():
+                np.testing.assert_array_equal(again.points[c], x)
+        assert not again.points  # mapped only while a request runs
+        auto = {**flat, "federation.node-cache-mb": 0.0}  # a share of the machine
         client_app.forget_nodes()
         for node in range(4):
             client_app.node_data(Context(run_id=1, node_id=node + 1, state=RecordDict(),
-                                         run_config=unbounded,
+                                         run_config=auto,
                                          node_config={"partition-id": node,
                                                       "num-partitions": 4}))
         assert len(client_app._NODES) == 4
+        assert not any(n.spilled for n in client_app._NODES.values())
     finally:
         client_app.forget_nodes()
 

@@ -260,6 +260,8 @@ def run_flower(
         cpus = int(client_cpus) if float(client_cpus).is_integer() else client_cpus
         federation = f"num-supernodes={num_nodes} client-resources-num-cpus={cpus}"
         env = flower_env(home)
+        # the actors share the nodes they spill (fedkmeans.client_app; removed with tmp)
+        env["FEDKMEANS_NODE_SHARDS"] = str(Path(tmp) / "node-shards")
         env.update(extra_env or {})
         # init-args-num-cpus breaks an attach (docs/facts.md, "Ray cluster attach")
         if not env.get("RAY_ADDRESS"):

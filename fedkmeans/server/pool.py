@@ -42,6 +42,22 @@ class FederationError(RuntimeError):
     """Too few nodes or replies to continue."""
 
 
+def _refuse_duplicates(node_clients: Mapping[int, np.ndarray]) -> None:
+    """Raise FederationError naming a client id two nodes announced (one sort, no loop)."""
+    if not node_clients:
+        return
+    node_ids = list(node_clients)  # Flower's node ids may exceed int64: by position
+    nodes = np.concatenate([np.full(ids.size, i, dtype=np.int64)
+                            for i, ids in enumerate(node_clients.values())])
+    ids = np.concatenate(list(node_clients.values()))
+    order = np.argsort(ids, kind="stable")
+    repeated = np.flatnonzero(np.diff(ids[order]) == 0)
+    if repeated.size:
+        first, second = order[repeated[0]], order[repeated[0] + 1]
+        raise FederationError(f"client id {ids[first]} is hosted by two nodes "
+                              f"({node_ids[nodes[first]]} and {node_ids[nodes[second]]})")
+
+
 @dataclass
 class ClientPool:
     """Nodes and the clients they host, as announced in the ``register`` stage."""
@@ -79,7 +95,6 @@ class ClientPool:
             raise FederationError("no node is connected to the SuperLink")
         replies = self._send({nid: pack({}) for nid in node_ids}, "register")
         dims: dict[int, int] = {}
-        seen: dict[int, int] = {}
         for nid, reply in replies.items():
             try:
                 arrays, config = unpack(reply.content)
@@ -87,15 +102,11 @@ class ClientPool:
                 self._reject(nid, "register", f"malformed content: {exc}")
                 continue
             ids = np.asarray(arrays.get("client_ids", np.zeros(0)), dtype=np.int64)
-            for cid in ids.tolist():
-                if cid in seen:
-                    raise FederationError(
-                        f"client id {cid} is hosted by two nodes ({seen[cid]} and {nid})"
-                    )
-                seen[cid] = nid
             if ids.size:
                 self.node_clients[nid] = np.sort(ids)
                 dims[nid] = int(config.get("dim", 0))
+        hosted = sum(ids.size for ids in self.node_clients.values())
+        _refuse_duplicates(self.node_clients)
         if not self.node_clients:
             raise FederationError("no node hosts any client")
         if len(set(dims.values())) != 1:
@@ -106,7 +117,7 @@ class ClientPool:
         self.dim = next(iter(dims.values()))
         LOG.info(
             "registered %d nodes hosting %d clients (d=%d)",
-            len(self.node_clients), len(seen), self.dim,
+            len(self.node_clients), hosted, self.dim,
         )
 
     @property

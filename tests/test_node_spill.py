@@ -1,0 +1,89 @@
+"""Nodes built as one block and spilled to files give the same bits as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedkmeans.config import parse_config
+from fedkmeans.data import load_client
+from fedkmeans.data.mixture import mixture_block, mixture_client
+from fedkmeans.experiment import run_flat
+from fedkmeans.node import NodeData
+
+
+@pytest.mark.parametrize("partition", ["iid", "dirichlet"])
+def test_mixture_block_is_the_clients_concatenated_bit_for_bit(partition):
+    ids = [7, 0, 3, 12]
+    x, y = mixture_block(5, ids, k=4, dim=6, n_points=9, variance=0.7, partition=partition,
+                         dirichlet_alpha=0.3)
+    parts = [mixture_client(5, c, k=4, dim=6, n_points=9, variance=0.7,
+                            partition=partition, dirichlet_alpha=0.3) for c in ids]
+    np.testing.assert_array_equal(x, np.concatenate([p[0] for p in parts]))
+    np.testing.assert_array_equal(y, np.concatenate([p[1] for p in parts]))
+
+
+CONFIG = {"data.num-clients": 30, "data.points-per-client": 15, "data.dim": 5, "k": 3,
+          "data.components": 3, "privacy.data-radius": 3.5}
+
+
+def test_a_node_s_block_clips_like_one_client_at_a_time():
+    config = parse_config(CONFIG)
+    node = NodeData.load(config, 1, 3)
+    assert 0 < len(node.clipped_clients) < node.client_ids.size
+    for c in node.client_ids.tolist():
+        x, y = load_client(config, c)
+        norms = np.linalg.norm(x, axis=1)
+        clipped = x * np.minimum(1.0, 3.5 / norms)[:, None]
+        if c in node.clipped_clients:
+            np.testing.assert_array_equal(node.raw_norms[c], norms)
+            np.testing.assert_allclose(node.points[c], clipped, rtol=1e-15)
+        else:
+            np.testing.assert_array_equal(node.points[c], x)
+        np.testing.assert_array_equal(node.labels[c], y)
+
+
+def _answers(node: NodeData) -> dict:
+    rng = np.random.default_rng(0)
+    centers, basis = rng.normal(size=(3, 5)), np.linalg.qr(rng.normal(size=(5, 3)))[0].T
+    clients = node.client_ids.tolist()
+    with node.resident():
+        return {**node.covariance_triangles(clients), **node.sums_counts(clients, centers),
+                **node.histogram(clients[1:4], basis, rng.normal(size=(7, 3))),
+                **node.evaluate(centers)}
+
+
+def test_a_spilled_node_and_one_opened_from_its_files_answer_the_same(tmp_path):
+    config = parse_config(CONFIG)
+    node = NodeData.load(config, 2, 3)
+    before = _answers(node)
+    path = node.spill(tmp_path, "n2")
+    assert node.spilled and node.nbytes == 0 and not node.points
+    opened = NodeData.open_spilled(config, path)
+    assert opened.clipped_clients == node.clipped_clients
+    for answers in (_answers(node), _answers(opened)):
+        assert answers.keys() == before.keys()
+        for key, value in before.items():
+            np.testing.assert_array_equal(answers[key], value)
+    assert not node.points and not opened.points  # mapped only inside resident()
+
+
+def test_a_run_whose_nodes_spill_gives_the_same_bits(tmp_path):
+    flat = {"data.num-clients": 200, "data.points-per-client": 10, "data.dim": 6,
+            "data.components": 3, "k": 3, "federation.num-nodes": 8,
+            "privacy.reproducible-noise": True, "privacy.lloyds-steps": 1}
+    held = run_flat({**flat, "output-dir": str(tmp_path / "held")})
+    spilled = run_flat({**flat, "federation.node-cache-mb": 1e-4,
+                        "output-dir": str(tmp_path / "spilled")})
+    assert held["centers"] == spilled["centers"]
+    assert held["privacy"]["releases"] == spilled["privacy"]["releases"]
+    assert held["metrics"]["cost"] == spilled["metrics"]["cost"]
+
+
+def test_registration_refuses_a_client_two_nodes_announce_with_flower_sized_node_ids():
+    from fedkmeans.server.pool import FederationError, _refuse_duplicates
+
+    big = 2**63 + 5  # Flower's node ids are unsigned 64-bit
+    _refuse_duplicates({big: np.arange(0, 10, 2), 7: np.arange(1, 10, 2)})
+    with pytest.raises(FederationError, match=f"client id 4 .*{big}.* and 3"):
+        _refuse_duplicates({big: np.arange(0, 10, 2), 3: np.array([4])})
