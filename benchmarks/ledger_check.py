@@ -17,11 +17,11 @@ from pathlib import Path
 
 from results_table import write_tables
 
+from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.ledger_check import recompute_epsilon
 from fedkmeans.config import parse_config
 from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.privacy.calibration import calibrate
-from fedkmeans.stages import release_plan
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 

@@ -34,6 +34,7 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.distributed import node_contribution
 from fedkmeans.runner import run_server
 from fedkmeans.seeding import generator
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.stages import statistic_bounds
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -59,7 +60,7 @@ SEEDS = (0, 1, 2)
 _RUNS = itertools.count()
 
 
-class _Recorder:
+class _Recorder(RunObserver):
     def __init__(self):
         self.broadcasts, self.releases = {}, {}
 

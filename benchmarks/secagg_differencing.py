@@ -38,6 +38,7 @@ from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_l2
 from fedkmeans.runner import run_server
 from fedkmeans.seeding import generator
+from fedkmeans.server.observer import RunObserver
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 FLAT = {
@@ -51,7 +52,7 @@ NODES = 4
 STAGE = "init-1/covariance"
 
 
-class _Observer:
+class _Observer(RunObserver):
     """Keeps the noisy step-1 release (all a curious server sees under SecAgg)."""
 
     def __init__(self) -> None:

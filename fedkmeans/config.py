@@ -17,18 +17,15 @@ from typing import Any
 
 from fedkmeans.config_schema import (  # noqa: F401 (the allowed values, re-exported)
     AGGREGATIONS,
-    ALGORITHMS,
-    ATTACKS,
     AUTO,
     AUTO_K,
     COUNT_NOISES,
-    ENGINES,
-    NON_PRIVATE_ALGORITHMS,
     OPTIMAL_COST,
     PARTITIONS,
     PRIVACY_LEVELS,
     validate,
 )
+from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError
 
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
@@ -213,7 +210,7 @@ class PrivacyConfig:
     client-level bounds, the split and T are then chosen by :mod:`fedkmeans.tuning`
     from the server's data and declared public facts before the private rounds, and
     the two thresholds are set relative to each release's noise scale
-    (:mod:`fedkmeans.tuning.thresholds`). :attr:`auto_keys` lists them.
+    (:mod:`fedkmeans.server.thresholds`). :attr:`auto_keys` lists them.
     aggregation : {"central", "secagg"}
         ``central``: the server clips every reply, sums and adds the noise (threat
         model 1). ``secagg``: every client clips and adds its share of Gaussian noise,
@@ -330,7 +327,7 @@ class ExperimentConfig:
     Attributes
     ----------
     algorithm : str
-        One of :data:`ALGORITHMS`.
+        A registered algorithm (:data:`fedkmeans.plugins.ALGORITHMS`).
     seed : int
         The root seed; every random draw derives from it (:mod:`fedkmeans.seeding`).
     k : int
@@ -350,7 +347,8 @@ class ExperimentConfig:
         One of :data:`OPTIMAL_COST`: ``skip`` leaves ``metrics.optimal_cost`` null (the
         scale benchmarks; deployments, whose server cannot load the clients' data).
     attack : str
-        One of :data:`ATTACKS`; results go to ``result.json`` under ``attack``.
+        A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go to
+        ``result.json`` under ``attack``.
     """
 
     algorithm: str = "feddp-kmeans"
@@ -383,7 +381,7 @@ class ExperimentConfig:
     @property
     def is_private(self) -> bool:
         """True when the run adds noise and clips: finite epsilon and a private algorithm."""
-        return self.privacy.is_private and self.algorithm not in NON_PRIVATE_ALGORITHMS
+        return self.privacy.is_private and ALGORITHMS[self.algorithm].private
 
     def to_flat(self) -> dict[str, Any]:
         """Return the flat, dotted-key mapping that :func:`parse_config` reads."""

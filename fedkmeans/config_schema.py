@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedkmeans.data import catalog
 from fedkmeans.data.catalog import PARTITIONERS
+from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 from fedkmeans.schema import (
@@ -34,16 +35,6 @@ from fedkmeans.schema import (
 if TYPE_CHECKING:
     from fedkmeans.config import ExperimentConfig
 
-ALGORITHMS = (
-    "feddp-kmeans",
-    "kfed",
-    "server-kmeans++",
-    "server-lloyds",
-    "sphere-packing",
-    "lloyds-nonprivate",
-)
-#: Algorithms that release client statistics without noise (epsilon is infinite).
-NON_PRIVATE_ALGORITHMS = ("kfed", "lloyds-nonprivate")
 #: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
 AUTO_K = 0
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
@@ -55,10 +46,6 @@ COUNT_NOISES = tuple(MECHANISMS)
 #: ``central``: the server clips, sums and adds the noise (trusted server); ``secagg``:
 #: clients clip and add noise shares, nodes sum with Flower's SecAgg+ (docs/secagg.md).
 AGGREGATIONS = ("central", "secagg")
-ENGINES = ("flower", "inprocess")
-#: ``none`` = the honest server; ``curious`` = the honest protocol, run by a server that
-#: also records every reply and aggregate and runs the attacks (fedkmeans.attacks).
-ATTACKS = ("none", "curious")
 #: ``optimal-cost``: compute the non-private reference cost on the pooled client data
 #: (simulations), or skip it (the server cannot load the clients' data, or at scale).
 OPTIMAL_COST = ("compute", "skip")
@@ -89,21 +76,22 @@ _CLIP = auto_or(positive())
 
 #: Every value's constraint, in the order they are checked (the first failure is raised).
 RULES: tuple[Rule, ...] = (
-    require("algorithm", one_of(ALGORITHMS), lambda c: c.algorithm),
+    # the registries' names (fedkmeans.plugins), read when a config is checked
+    require("algorithm", Dependent(lambda c: one_of(ALGORITHMS.names())), lambda c: c.algorithm),
     require("seed", at_least(0), lambda c: c.seed),
     require("k", Constraint(lambda v: v >= 1 or v == AUTO_K, "an integer >= 1 or 'auto'"),
             lambda c: c.k),
     require("k", never(
         "an integer >= 1 unless algorithm is 'feddp-kmeans' (only FedDP-KMeans can choose "
         "k by the elbow on its noisy-weighted server data)"), lambda c: AUTO,
-        when=lambda c: c.k_auto and c.algorithm != "feddp-kmeans"),
+        when=lambda c: c.k_auto and not ALGORITHMS[c.algorithm].chooses_k),
     require("k-max", at_least(2, note=" (the elbow compares k = 1..k-max)"), lambda c: c.k_max),
     require("kfed-local-k", at_least(0, note=" (0 = k)"), lambda c: c.kfed_local_k),
     require("output-dir", Constraint(
         lambda v: v == "" or v.startswith("/"),
         "an absolute path (relative paths resolve against the SuperLink's cwd) or ''"),
         lambda c: c.output_dir),
-    require("attack", one_of(ATTACKS), lambda c: c.attack),
+    require("attack", Dependent(lambda c: one_of(ATTACKS.names())), lambda c: c.attack),
     require("optimal-restarts", at_least(10), lambda c: c.optimal_restarts),
     require("optimal-cost", one_of(OPTIMAL_COST, note=" (skip: no reference cost, e.g. "
                                    "at scale or when the server cannot load client data)"),
@@ -185,14 +173,14 @@ RULES: tuple[Rule, ...] = (
         "0 or 'auto' (= 0) unless algorithm is 'feddp-kmeans' with a fixed k (the check "
         "compares the protocol's k centers with k-means on the server's data alone)"),
         lambda c: c.privacy.check_share,
-        when=lambda c: c.algorithm != "feddp-kmeans" or c.k_auto),
+        when=lambda c: not ALGORITHMS[c.algorithm].final_choice or c.k_auto),
     require("privacy.check-clip", _CLIP, lambda c: c.privacy.check_clip),
     require("privacy.extra-centers", auto_or(at_least(0)), lambda c: c.privacy.extra_centers),
     require("privacy.extra-centers", Constraint(
         lambda v: v == 0 or v == AUTO,
         "0 or 'auto' (= 0) unless algorithm is 'feddp-kmeans' (the spare centers are "
         "FedDP-Init's)"), lambda c: c.privacy.extra_centers,
-        when=lambda c: c.algorithm != "feddp-kmeans"),
+        when=lambda c: not ALGORITHMS[c.algorithm].spare_centers),
     require("privacy.public-num-clients", at_least(0, note=" (0 = the registered clients)"),
             lambda c: c.privacy.public_num_clients),
     require("privacy.aggregation", one_of(AGGREGATIONS), lambda c: c.privacy.aggregation),
@@ -210,7 +198,8 @@ RULES: tuple[Rule, ...] = (
         "1 when privacy.aggregation = 'secagg' (the server samples the cohort, so sampling "
         "does not amplify privacy against the server that secagg defends against)"),
         lambda c: c.privacy.sampling_rate, when=_SECAGG),
-    require("federation.engine", one_of(ENGINES), lambda c: c.federation.engine),
+    require("federation.engine", Dependent(lambda c: one_of(ENGINES.names())),
+            lambda c: c.federation.engine),
     require("federation.num-nodes", at_least(0), lambda c: c.federation.num_nodes),
     require("federation.round-timeout", positive("a float > 0"),
             lambda c: c.federation.round_timeout),
@@ -237,7 +226,7 @@ def check_server_points(config: ExperimentConfig, server_points: int, how: str =
     _check(value <= server_points, key,
            f"at most the number of server points ({server_points}{how})", value)
     extra = config.privacy.extra_centers
-    if extra != AUTO and config.algorithm == "feddp-kmeans":
+    if extra != AUTO and ALGORITHMS[config.algorithm].spare_centers:
         _check(value + extra <= server_points, "privacy.extra-centers",
                f"at most the number of server points minus {key} ({server_points - value})",
                extra)

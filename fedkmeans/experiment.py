@@ -16,9 +16,10 @@ From Python::
     from fedkmeans.experiment import run
     result = run(["privacy.epsilon=0.5", "seed=3"])
 
-``federation.engine=inprocess`` runs the real ServerApp and ClientApp in this process
-(:mod:`fedkmeans.engines.inprocess`); ``flower`` runs ``flwr run`` on Ray, sized from
-``federation.num-nodes``, ``federation.num-cpus`` and ``federation.client-cpus``.
+``federation.engine`` names the engine (:mod:`fedkmeans.engines`): ``inprocess`` runs
+the real ServerApp and ClientApp in this process; ``flower`` runs ``flwr run`` on Ray,
+sized from ``federation.num-nodes``, ``federation.num-cpus`` and
+``federation.client-cpus``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 import hydra
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -46,6 +48,8 @@ from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.config_schema import check_server_points
 from fedkmeans.data.catalog import dataset
+from fedkmeans.engines import App, engine
+from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.rundir import check_output_dir
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
@@ -54,6 +58,11 @@ RUN_UID = uuid.uuid4().hex[:6]
 if not OmegaConf.has_resolver("fedkmeans_uid"):
     OmegaConf.register_new_resolver("fedkmeans_uid", lambda: RUN_UID)
 
+#: This Flower app, as the engines run it (``pyproject.toml``'s components); after an
+#: in-process run the nodes' clients, which lived in this process, are freed.
+APP = App(server="fedkmeans.server_app:app", client="fedkmeans.client_app:app",
+          project_dir=Path(__file__).resolve().parents[1],
+          cleanup="fedkmeans.client_app:forget_nodes")
 #: Default cap of simulated nodes when ``federation.num-nodes = 0``.
 MAX_DEFAULT_NODES = 100
 #: Override aliases: ``algorithm`` is a config group whose options set the flat key
@@ -104,7 +113,7 @@ def num_nodes(config: ExperimentConfig) -> int:
     declared = dataset(config.data.name).declared_clients(config)
     if declared is not None:  # generated clients: one node each, up to the cap
         return min(declared, MAX_DEFAULT_NODES)
-    return 1 if config.federation.engine == "flower" else MAX_DEFAULT_NODES
+    return min(engine(config.federation.engine).default_file_nodes, MAX_DEFAULT_NODES)
 
 
 def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
@@ -140,39 +149,44 @@ def run_flat(flat: Mapping[str, Any]) -> dict:
             / f"{time.strftime('%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
         )
     check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
-    if config.federation.engine != "inprocess" and (
-        Path(flat["output-dir"]) / "checkpoint"
-    ).exists():
+    runner = engine(config.federation.engine)
+    if runner.separate_processes and (Path(flat["output-dir"]) / "checkpoint").exists():
         # a checkpoint of other data or a corrupt one is refused before Ray starts
         Checkpoint.open(Path(flat["output-dir"]) / "checkpoint", config)
-    nodes = num_nodes(config)
-    if config.federation.engine == "inprocess":
-        from fedkmeans.client_app import app as client_app
-        from fedkmeans.client_app import forget_nodes
-        from fedkmeans.engines.inprocess import run_inprocess
-        from fedkmeans.server_app import app as server_app
-
-        try:
-            run_inprocess(server_app, client_app, flat, nodes)
-        finally:
-            forget_nodes()  # every node's clients live in this process: free them
-        result_path = Path(flat["output-dir"]) / "result.json"
-    else:
-        from fedkmeans.engines.flower import run_flower
-
-        result_path = run_flower(
-            flat,
-            num_nodes=nodes,
-            num_cpus=config.federation.num_cpus,
-            client_cpus=config.federation.client_cpus,
-        )
+    result_path = runner.run(APP, flat, num_nodes=num_nodes(config),
+                             num_cpus=config.federation.num_cpus,
+                             client_cpus=config.federation.client_cpus)
     result = json.loads(result_path.read_text())
     result["result_path"] = str(result_path)
     return result
 
 
+#: The Hydra config groups whose options are the registries' names, and the flat config
+#: each option sets (``algorithm=kfed`` -> ``{"algorithm": "kfed"}``).
+REGISTERED_GROUPS = {
+    "algorithm": (ALGORITHMS, lambda name: {"algorithm": name}),
+    "attack": (ATTACKS, lambda name: {"attack": name}),
+    "federation": (ENGINES, lambda name: {"federation": {"engine": name}}),
+}
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def register_hydra_options() -> None:
+    """A Hydra option for every registered algorithm, attack and engine without a YAML file.
+
+    A plug-in registered in one file (:func:`fedkmeans.algorithms.register_algorithm`)
+    is then selected like a built-in one: ``algorithm=<name>``.
+    """
+    store = ConfigStore.instance()
+    for group, (registry, node) in REGISTERED_GROUPS.items():
+        for name in registry.names():
+            if not (CONF_DIR / group / f"{name}.yaml").is_file():
+                store.store(group=group, name=name, node=node(name), package="_global_")
+
+
 def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The flat config that the Hydra config with ``overrides`` composes to."""
+    register_hydra_options()
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
         cfg = compose(config_name="config", overrides=resolve_aliases(overrides))
     return flatten(cfg)

@@ -29,20 +29,22 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.sweep import RESULTS_FILE, read_rows
 
 LEVELS = ("datapoint", "client")
 LEVEL_TITLES = {"datapoint": "data-point level", "client": "client level"}
-#: Plot order (the rest follow in name order).
-ALGORITHM_ORDER = (
-    "feddp-kmeans", "server-lloyds", "server-kmeans++", "sphere-packing", "kfed",
-    "lloyds-nonprivate",
-)
 THRESHOLDS = (1.01, 1.05)
-#: One colour per algorithm in every plot of every report, whichever subset a sweep
-#: holds (an unknown name gets a grey).
-ALGORITHM_COLOURS = {name: f"C{i}" for i, name in enumerate(ALGORITHM_ORDER)}
 OTHER_COLOUR = "0.5"
+
+
+def algorithm_colours() -> dict[str, str]:
+    """One colour per registered algorithm, the same in every plot of every report.
+
+    In registration order (also the plot order; names not registered follow in name
+    order and are grey), whichever subset a sweep holds.
+    """
+    return {name: f"C{i}" for i, name in enumerate(ALGORITHMS.names())}
 
 
 #: Suffix of an algorithm's label in runs whose split and T were ``auto`` (``tuning=auto``),
@@ -51,11 +53,12 @@ AUTO_SUFFIX = " (auto)"
 
 
 def algorithm_colour(name: str) -> str:
-    """The fixed colour of ``name`` (:data:`ALGORITHM_COLOURS`); ``(auto)`` runs shifted."""
+    """The fixed colour of ``name`` (:func:`algorithm_colours`); ``(auto)`` runs shifted."""
+    colours = algorithm_colours()
     if name.endswith(AUTO_SUFFIX):
-        base = ALGORITHM_COLOURS.get(name.removesuffix(AUTO_SUFFIX))
+        base = colours.get(name.removesuffix(AUTO_SUFFIX))
         return OTHER_COLOUR if base is None else f"C{(int(base[1:]) + 6) % 10}"
-    return ALGORITHM_COLOURS.get(name, OTHER_COLOUR)
+    return colours.get(name, OTHER_COLOUR)
 
 
 def _float(value: str | None) -> float | None:
@@ -81,7 +84,7 @@ def _eps_label(eps: float) -> str:
 
 def _algorithms(rows: Sequence[dict]) -> list[str]:
     names = {r["algorithm"] for r in rows}
-    order = [n for a in ALGORITHM_ORDER for n in (a, a + AUTO_SUFFIX)]
+    order = [n for a in ALGORITHMS.names() for n in (a, a + AUTO_SUFFIX)]
     return [a for a in order if a in names] + sorted(names - set(order))
 
 
@@ -116,7 +119,8 @@ def load(sweep_dir: Path) -> list[dict]:
         )
     for r in rows:
         eps = _float(r.get("privacy.epsilon"))
-        if r.get("algorithm") in ("kfed", "lloyds-nonprivate"):
+        name = r.get("algorithm")
+        if name in ALGORITHMS and not ALGORITHMS[name].private:
             eps = math.inf
         r["_eps"] = math.inf if eps is None else eps
         r.setdefault("data.name", "?")

@@ -1,4 +1,4 @@
-"""Run one experiment on a Grid: register, calibrate, run the strategy, evaluate, write.
+"""Run one experiment on a Grid: register, calibrate, run the algorithm, evaluate, write.
 
 Used by the ServerApp (Flower simulation and deployment) and by the in-process engine
 alike, so every engine executes the same server code.
@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from flwr.serverapp import Grid
 
 from fedkmeans import data as data_access
-from fedkmeans.algorithms import ServerContext, build_strategy
+from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
 from fedkmeans.config import ExperimentConfig, parse_config
@@ -24,12 +25,13 @@ from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
+from fedkmeans.server.context import ServerContext
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
-from fedkmeans.stages import protocol, release_plan
+from fedkmeans.server.thresholds import noise_std
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
 from fedkmeans.tuning.estimates import PrivateEstimates
 from fedkmeans.tuning.resolve import RUNTIME_AUTO, client_settings, resolve_auto
-from fedkmeans.tuning.thresholds import noise_std
 
 LOG = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ __all__ = ["RESULT_FILE", "run_server"]
 
 
 def run_server(
-    grid: Grid, config: ExperimentConfig, *, run_id: int | str = 0, observers: list | None = None
+    grid: Grid, config: ExperimentConfig, *, run_id: int | str = 0,
+    observers: Sequence[RunObserver] = (),
 ) -> dict:
     """Execute ``config`` against the nodes behind ``grid``; write and return the result.
 
@@ -48,14 +51,14 @@ def run_server(
         Already validated.
     run_id : int or str
         Names the default output directory.
-    observers : list, optional
-        Handed in by the composition root (:mod:`fedkmeans.server_app`), never built
-        here. Hooks, each optional: ``on_start(config)`` with the resolved settings
-        (``auto`` replaced) before the first private round; ``on_broadcast``,
-        ``on_client_rows`` and ``on_replies`` of the pool; ``on_release(stage, before,
-        after)`` of the server context; ``report(centers=, result=)``, whose return
-        value becomes ``result[observer.result_key]``, logged through
-        ``observer.summary_lines(report)`` (the curious server's attack report).
+    observers : sequence of RunObserver
+        Handed in by the composition root (:mod:`fedkmeans.server_app`: the
+        configured attack's), never built here. Every hook of
+        :class:`~fedkmeans.server.observer.RunObserver` is called:
+        ``on_start(config)`` with the resolved settings before the first private round,
+        the pool's and the server context's hooks during the rounds, and
+        ``report(centers=, result=)``, whose value (unless None) becomes
+        ``result[observer.result_key]``, logged through ``summary_lines``.
 
     Returns
     -------
@@ -74,14 +77,14 @@ def run_server(
 
 
 def _run_claimed(
-    grid: Grid, config: ExperimentConfig, output_dir: Path, observers: list | None
+    grid: Grid, config: ExperimentConfig, output_dir: Path, observers: Sequence[RunObserver]
 ) -> dict:
     start = time.perf_counter()
     timings: dict[str, float] = {}
 
     checkpoint = Checkpoint.open(output_dir / "checkpoint", config)
     declared = config
-    observers = list(observers or [])
+    observers = list(observers)
     server_x, _ = data_access.load_server(config)
     pool = ClientPool(grid, config.federation, observers=observers)
     t0 = time.perf_counter()
@@ -113,20 +116,18 @@ def _run_claimed(
     if pool.secagg is not None:
         pool.secagg.config = config
     for observer in observers:  # e.g. the curious server: sees the resolved settings
-        if hasattr(observer, "on_start"):
-            observer.on_start(config)
+        observer.on_start(config)
     randomness = ctx.private_randomness
     if config.is_private and not randomness.is_secure:
         LOG.warning("%s", randomness.notice)
-    strategy = build_strategy(config.algorithm)
-    centers = strategy.run(ctx)
+    centers = algorithm(config.algorithm).run(ctx)
     timings.update(ctx.timings)
 
     t0 = time.perf_counter()
     evaluation = federated_metrics(pool, centers)
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    chosen = replace(config, k=ctx.k)  # k = auto: the k the strategy chose
+    chosen = replace(config, k=ctx.k)  # k = auto: the k the algorithm chose
     best = optimal_cost(chosen)
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
@@ -193,11 +194,11 @@ def _run_claimed(
             "rounds": pool.secagg.rounds,
         }
     for observer in observers:  # observers that report add their own section
-        if hasattr(observer, "report"):
-            key = observer.result_key
-            result[key] = observer.report(centers=centers, result=result)
-            for line in observer.summary_lines(result[key]):
-                LOG.info("[%s] %s", key, line)
+        section = observer.report(centers=centers, result=result)
+        if section is not None:
+            result[observer.result_key] = section
+            for line in observer.summary_lines(section):
+                LOG.info("[%s] %s", observer.result_key, line)
     path = write_artefacts(output_dir, result, seed_is_secret=not randomness.is_secure)
     LOG.info(
         "%s: cost %.4f (optimal %s), epsilon %s%s; wrote %s",
@@ -209,7 +210,7 @@ def _run_claimed(
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
-    return len(protocol(config.algorithm).rounds(config.privacy, full_rank=not subspace))
+    return len(algorithm(config.algorithm).rounds(config.privacy, full_rank=not subspace))
 
 
 def _answering_everywhere(pool: ClientPool) -> int:
@@ -275,7 +276,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
         ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
         prior = [release]
     resolved, tuning = resolve_auto(config, ctx.server_x, ctx.estimates)
-    plan = release_plan(resolved.algorithm, resolved.privacy, subspace=subspace)
+    plan = algorithm(resolved.algorithm).release_plan(resolved.privacy, subspace=subspace)
     epsilon = resolved.privacy.epsilon if resolved.is_private else math.inf
     releases = calibrate(plan, epsilon=epsilon, delta=resolved.privacy.delta,
                          prior=prior) if plan else []
@@ -292,7 +293,7 @@ def needs_estimates(config: ExperimentConfig) -> bool:
     (k-means on the server's data with T = 0 asks the clients nothing).
     """
     fed = set(config.privacy.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
-    releases = protocol(config.algorithm).init or config.privacy.lloyds_steps != 0
+    releases = algorithm(config.algorithm).init or config.privacy.lloyds_steps != 0
     return config.is_private and bool(fed) and bool(releases)
 
 

@@ -2,8 +2,9 @@
 
 Thin by design: validation is :func:`fedkmeans.config.parse_config` (before any
 message is sent) and the protocol is :func:`fedkmeans.runner.run_server`. This module
-is where a run is composed: with ``attack = curious`` it builds the curious server and
-hands it to the honest runner as an observer (the runner never builds one).
+is where a run is composed: it builds the observers of the configured attack (the
+curious server with ``attack = curious``, :data:`fedkmeans.plugins.ATTACKS`) and hands
+them to the honest runner (the runner never builds one).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedkmeans.config import ExperimentConfig, parse_config
 from fedkmeans.flower_logging import log_through_flower
 from fedkmeans.runner import run_server
+from fedkmeans.server.observer import RunObserver, attack
 
 app = ServerApp()
 
@@ -26,10 +28,6 @@ def main(grid: Grid, context: Context) -> None:
     run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
 
 
-def observers_for(config: ExperimentConfig) -> list:
-    """The observers ``config`` asks for: the curious server with ``attack = curious``."""
-    if config.attack == "none":
-        return []
-    from fedkmeans.attacks import build_curious_server
-
-    return [build_curious_server(config)]
+def observers_for(config: ExperimentConfig) -> list[RunObserver]:
+    """The observers of the attack ``config`` names (``none``: the honest server alone)."""
+    return list(attack(config.attack).build(config))

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from conftest import PAPER
 
+from fedkmeans.algorithms import release_plan
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
-from fedkmeans.stages import check_runs, feddp_init, release_plan, statistic_bounds
+from fedkmeans.stages import check_runs, feddp_init, statistic_bounds
 from fedkmeans.stages.check import CHOICE_ERROR, CHOICE_STDS, check_clip, cost_differences
 
 

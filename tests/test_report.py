@@ -89,10 +89,10 @@ def test_report_without_results_is_a_clear_error(tmp_path):
 
 
 def test_an_algorithm_keeps_its_colour_in_every_report():
-    from fedkmeans.report import ALGORITHM_COLOURS, algorithm_colour
+    from fedkmeans.report import algorithm_colour, algorithm_colours
 
-    assert algorithm_colour("feddp-kmeans") == "C0" and algorithm_colour("kfed") == "C4"
-    assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS)
+    assert algorithm_colour("feddp-kmeans") == "C0" and algorithm_colour("kfed") == "C5"
+    assert len(set(algorithm_colours().values())) == len(algorithm_colours())
     assert algorithm_colour("something-new") == "0.5"
 
 

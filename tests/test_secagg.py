@@ -23,6 +23,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 
 from fedkmeans import client_app
 from fedkmeans import data as data_access
+from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.differencing import combine_runs, leading_direction
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.clustering import cluster_sums_counts
@@ -41,8 +42,9 @@ from fedkmeans.privacy.distributed import (
     share_std,
 )
 from fedkmeans.seeding import generator
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import FederationError
-from fedkmeans.stages import release_plan, statistic_bounds
+from fedkmeans.stages import statistic_bounds
 
 SECAGG = {"privacy.aggregation": "secagg", "privacy.count-noise": "gaussian"}
 
@@ -159,7 +161,7 @@ def test_secagg_plan_is_all_gaussian():
 
 
 # -- real SecAgg+ inside the in-process engine ----------------------------------------
-class Recorder:
+class Recorder(RunObserver):
     """An observer that keeps everything the server's observers are shown."""
 
     def __init__(self):

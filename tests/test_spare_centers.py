@@ -19,7 +19,7 @@ from fedkmeans.clustering import (
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
 from fedkmeans.seeding import integer_seed
-from fedkmeans.tuning.thresholds import spare_centers
+from fedkmeans.server.thresholds import spare_centers
 
 
 # -- hand-computed pieces ---------------------------------------------------------------

@@ -17,6 +17,7 @@ from conftest import SMALL
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedkmeans import client_app
+from fedkmeans.algorithms import algorithm, release_plan
 from fedkmeans.config import parse_config
 from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
@@ -28,9 +29,7 @@ from fedkmeans.stages import (
     ReleaseRule,
     Stage,
     Statistic,
-    protocol,
     register,
-    release_plan,
     stage,
     stage_of_round,
     statistic_bounds,
@@ -117,7 +116,7 @@ def test_the_feddp_kmeans_plan_is_its_stages_releases_in_order():
         names[1:]
     assert [r.stage for r in release_plan("server-lloyds", privacy)] == names[4:]
     assert release_plan("kfed", privacy) == []
-    rounds = [g for _, g in protocol("feddp-kmeans").rounds(privacy, full_rank=True)]
+    rounds = [g for _, g in algorithm("feddp-kmeans").rounds(privacy, full_rank=True)]
     assert rounds == ["init-2", "init-3", "lloyds-1", "lloyds-2"]
 
 

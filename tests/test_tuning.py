@@ -17,6 +17,7 @@ from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
+from fedkmeans.server.thresholds import count_threshold, noise_std, spread
 from fedkmeans.tuning.resolve import RUNTIME_AUTO, resolve_auto
 from fedkmeans.tuning.search import (
     CLIENT_SPLITS,
@@ -30,7 +31,6 @@ from fedkmeans.tuning.simulation import (
     simulated_federation,
     subspace_coordinates,
 )
-from fedkmeans.tuning.thresholds import count_threshold, noise_std, spread
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
     "data-radius", "max-points-per-client", "clip-covariance", "clip-histogram", "clip-sums",

@@ -1,25 +1,22 @@
-"""The algorithms: FedDP-KMeans, k-FED and the server-data baselines, by name."""
+"""The algorithms: one :class:`Algorithm` object each, registered by name.
 
-from fedkmeans.algorithms.feddp_kmeans import FedDPKMeans
-from fedkmeans.algorithms.kfed import KFed
-from fedkmeans.algorithms.server_baselines import (
-    NonPrivateLloyds,
-    ServerKMeansPlusPlus,
-    ServerLloyds,
-    SpherePacking,
-)
-from fedkmeans.server.context import ServerContext, Strategy
+* :mod:`~fedkmeans.algorithms.base`: :class:`Algorithm` (stages, initialisation,
+  capabilities, the run: init, T FedDP-Lloyds steps, the final private choice) and
+  :func:`register_algorithm`;
+* :mod:`~fedkmeans.algorithms.feddp_kmeans`, :mod:`~fedkmeans.algorithms.kfed`,
+  :mod:`~fedkmeans.algorithms.server_baselines`: the built-in ones, each registering
+  itself when imported.
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls
-    for cls in (FedDPKMeans, KFed, ServerKMeansPlusPlus, ServerLloyds, SpherePacking,
-                NonPrivateLloyds)
-}
+Importing this package registers the built-in algorithms; the registry is
+:data:`fedkmeans.plugins.ALGORITHMS` (it imports this package when first read).
+"""
 
+from fedkmeans.algorithms.base import Algorithm, algorithm, register_algorithm, release_plan
 
-def build_strategy(algorithm: str) -> Strategy:
-    """Return the strategy for an ``algorithm`` name (validated by the config)."""
-    return STRATEGIES[algorithm]()
+# the built-in ones; the order they register in is the report's plot order
+from fedkmeans.algorithms import feddp_kmeans  # isort: skip
+from fedkmeans.algorithms import server_baselines  # isort: skip
+from fedkmeans.algorithms import kfed  # isort: skip
 
-
-__all__ = ["STRATEGIES", "ServerContext", "Strategy", "build_strategy"]
+__all__ = ["Algorithm", "algorithm", "feddp_kmeans", "kfed", "register_algorithm",
+           "release_plan", "server_baselines"]

@@ -14,13 +14,13 @@ Server-Side Data", ICML 2025 (arXiv 2506.05408), Algorithms 1-2:
    weighted mean of its server points, where the noisy count is too small).
 
 Each stage (client statistic, release, server step) is in
-:mod:`fedkmeans.stages.feddp_init`; this strategy runs them in order.
+:mod:`fedkmeans.stages.feddp_init`; this algorithm runs them in order.
 
 Noise-aware post-processing (no privacy cost): step 1 keeps only eigenvectors whose
 eigenvalue clears the noise's spectral norm and completes the basis from the server's
 own ``Q^T Q``; with k >= d there is no subspace to find, so step 1 is skipped (and
 planned no budget) and V is the identity. Thresholds ``auto`` follow the noise scale
-(:mod:`fedkmeans.tuning.thresholds`).
+(:mod:`fedkmeans.server.thresholds`).
 
 With ``k = auto`` step 1 keeps ``k-max`` eigenvectors and step 2 picks k by the elbow
 of the weighted k-means cost on the noisy-weighted projected server data
@@ -32,15 +32,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.server.context import ServerContext, Strategy
+from fedkmeans.algorithms.base import Algorithm, register_algorithm
 from fedkmeans.stages import feddp_init
+from fedkmeans.stages.context import StageContext
 
 
-class FedDPKMeans(Strategy):
-    """FedDP-Init (three private rounds) followed by FedDP-Lloyds."""
+def initial_centers(ctx: StageContext) -> np.ndarray:
+    """Run FedDP-Init (:func:`fedkmeans.stages.feddp_init.initial_centers`)."""
+    return feddp_init.initial_centers(ctx)
 
-    name = "feddp-kmeans"
 
-    def initial_centers(self, ctx: ServerContext) -> np.ndarray:
-        """Run FedDP-Init (:func:`fedkmeans.stages.feddp_init.initial_centers`)."""
-        return feddp_init.initial_centers(ctx)
+FEDDP_KMEANS = register_algorithm(Algorithm(
+    "feddp-kmeans",
+    initialise=initial_centers,
+    init=(feddp_init.SUBSPACE, feddp_init.SERVER_WEIGHTS, feddp_init.PROJECTED_CENTERS),
+    chooses_k=True, final_choice=True, tunable_split=True, spare_centers=True,
+    summary="FedDP-Init (three private rounds) followed by FedDP-Lloyds",
+))

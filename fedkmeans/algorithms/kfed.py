@@ -9,17 +9,10 @@ is :data:`fedkmeans.stages.kfed.LOCAL_CENTERS`.
 
 from __future__ import annotations
 
-import numpy as np
+from fedkmeans.algorithms.base import Algorithm, register_algorithm
+from fedkmeans.stages.kfed import LOCAL_CENTERS, cluster_local_centers
 
-from fedkmeans.server.context import ServerContext, Strategy
-from fedkmeans.stages.kfed import cluster_local_centers
-
-
-class KFed(Strategy):
-    """k-FED: cluster the union of the clients' local k-means centers."""
-
-    name = "kfed"
-
-    def initial_centers(self, ctx: ServerContext) -> np.ndarray:
-        """One round of local k-means (:mod:`fedkmeans.stages.kfed`), then k-means."""
-        return cluster_local_centers(ctx)
+KFED = register_algorithm(Algorithm(
+    "kfed", initialise=cluster_local_centers, init=(LOCAL_CENTERS,), private=False,
+    summary="k-FED: cluster the union of the clients' local k-means centers (non-private)",
+))

@@ -20,8 +20,20 @@ Two modules drive the real server code instead (and so import it):
   published ``release.json`` and compares centers bit for bit.
 
 The command line of the audits (canary game and release path) is :mod:`fedkmeans.audit`.
+
+Importing this package registers the built-in attacks (``attack = none | curious``;
+:data:`fedkmeans.plugins.ATTACKS`, :class:`fedkmeans.server.observer.Attack`).
 """
 
 from fedkmeans.attacks.curious import AttackSettings, CuriousServer, build_curious_server
+from fedkmeans.server.observer import Attack, register_attack
 
-__all__ = ["AttackSettings", "CuriousServer", "build_curious_server"]
+#: ``attack = none``: the honest server alone.
+NONE = register_attack(Attack("none", lambda config: [], "the honest server alone"))
+#: ``attack = curious``: the honest protocol, run by a server that also records every
+#: reply and aggregate and runs the attacks (:mod:`fedkmeans.attacks.curious`).
+CURIOUS = register_attack(Attack(
+    "curious", lambda config: [build_curious_server(config)],
+    "the honest protocol run by a curious server that records every reply and attacks"))
+
+__all__ = ["CURIOUS", "NONE", "AttackSettings", "CuriousServer", "build_curious_server"]

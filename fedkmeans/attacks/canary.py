@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.bounds import (
     check_delta,
 )
@@ -56,7 +57,6 @@ from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON, PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
-from fedkmeans.stages import release_plan
 
 __all__ = ["BUDGETS", "MECHANISMS", "TESTS", "CanaryGame", "canary_game", "check_int"]
 

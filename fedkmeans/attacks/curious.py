@@ -54,6 +54,7 @@ from fedkmeans.attacks.curious_attacks import (
     population,
 )
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.replies import Replies
 
 LOG = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class AttackSettings:
 
 
 @dataclass
-class CuriousServer:
+class CuriousServer(RunObserver):
     """Records the server's view of a run (observer hooks of the pool and context)."""
 
     config: ExperimentConfig
@@ -115,6 +116,8 @@ class CuriousServer:
 
     #: Key of :meth:`report`'s section in ``result.json``.
     result_key: ClassVar[str] = "attack"
+    #: Keep every message's rows (the honest server folds and drops them).
+    wants_client_rows: ClassVar[bool] = True
 
     def on_start(self, config: ExperimentConfig) -> None:
         """Take the run's resolved settings (``auto`` replaced), before any round."""
@@ -164,8 +167,7 @@ class CuriousServer:
         value = self.config.privacy.min_cluster_count
         return 1.0 if value == AUTO else float(value)
 
-    @staticmethod
-    def summary_lines(report: dict) -> list[str]:
+    def summary_lines(self, report: dict) -> list[str]:
         """The console lines of :meth:`report`'s result (:func:`summary_table`)."""
         return summary_table(report)
 

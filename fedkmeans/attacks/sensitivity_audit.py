@@ -1,9 +1,9 @@
 """Deterministic sensitivity audit: every planned release, worst-case neighbours, real path.
 
-For every noisy release a run can make -- the union of :func:`fedkmeans.stages.
-release_plan` over every registered private protocol, plus the releases of any
-registered stage no protocol lists yet, so a stage registered later is audited
-without touching this module -- two neighbouring federations are written to an
+For every noisy release a run can make -- the union of the release plans of every
+registered private algorithm (:meth:`fedkmeans.algorithms.Algorithm.release_plan`),
+plus the releases of any registered stage no algorithm lists yet, so a stage registered
+later is audited without touching this module -- two neighbouring federations are written to an
 ``.npz`` file each and driven through the code a run executes:
 
 * :meth:`fedkmeans.node.NodeData.load` (the ClientApp's loader: points clipped to
@@ -70,11 +70,12 @@ from uuid import uuid4
 import numpy as np
 
 from fedkmeans.config import HAND_FLAT, ExperimentConfig, parse_config
-from fedkmeans.config_schema import ALGORITHMS
+from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
-from fedkmeans.stages import protocol, release_plan, stage_of_round, stages
+from fedkmeans.server.observer import RunObserver
+from fedkmeans.stages import stage_of_round, stages
 
 __all__ = [
     "FAR", "LEVELS", "AuditSetup", "Probe", "SensitivityRow", "WorldRun", "broadcast",
@@ -158,21 +159,17 @@ class AuditSetup:
 def planned_releases(config: ExperimentConfig) -> list[PlannedRelease]:
     """Every release a run with ``config.privacy`` can make, from the stage registry.
 
-    The union (by release name, in order) of :func:`~fedkmeans.stages.release_plan`
-    over every private algorithm's protocol, then the releases of every registered
-    stage that no protocol runs (planned in its own round ``stage.group``).
+    The union (by release name, in order) of every private registered algorithm's
+    :meth:`~fedkmeans.algorithms.Algorithm.release_plan`, then the releases of every
+    registered stage that no algorithm runs (planned in its own round ``stage.group``).
     """
     privacy = config.privacy
     out: dict[str, PlannedRelease] = {}
     groups = set()
-    for algorithm in ALGORITHMS:
-        try:
-            chosen = protocol(algorithm)
-        except KeyError:
-            continue
+    for chosen in ALGORITHMS.values():
         if not chosen.private:
             continue
-        for planned in release_plan(algorithm, privacy):
+        for planned in chosen.release_plan(privacy):
             out.setdefault(planned.stage, planned)
         groups |= {known.name for known, _ in chosen.rounds(privacy)}
     for known in stages():
@@ -253,7 +250,7 @@ def probes(setup: AuditSetup, plan: Iterable[PlannedRelease]) -> list[Probe]:
     ]
 
 
-class _Recorder:
+class _Recorder(RunObserver):
     """Observer of :meth:`ServerContext.release`: the sum before the noise (or after)."""
 
     def __init__(self) -> None:

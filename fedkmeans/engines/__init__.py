@@ -1,1 +1,59 @@
-"""Engines that run the Flower app: in-process Grid and real `flwr run`."""
+"""Engines that run a Flower app: the in-process Grid and a real ``flwr run``.
+
+Each is one :class:`~fedkmeans.engines.base.Engine`, registered by name
+(``federation.engine``; :data:`fedkmeans.plugins.ENGINES`). Importing this package
+registers both; their modules (Flower, Ray) are imported only when a run starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedkmeans.engines.base import App, Engine, engine, load_component, register_engine
+
+__all__ = ["FLOWER", "INPROCESS", "App", "Engine", "engine", "register_engine"]
+
+
+class InProcess(Engine):
+    """The real ServerApp and ClientApp in this process (:mod:`~.inprocess`)."""
+
+    name = "inprocess"
+    separate_processes = False
+    default_file_nodes = 100
+
+    def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
+            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
+        """Run ``app`` on an :class:`~.inprocess.InProcessGrid` (see :meth:`Engine.run`)."""
+        from fedkmeans.engines.inprocess import run_inprocess
+
+        try:
+            run_inprocess(load_component(app.server), load_component(app.client),
+                          run_config, num_nodes)
+        finally:
+            if app.cleanup is not None:
+                load_component(app.cleanup)()  # every node lived in this process
+        return Path(run_config["output-dir"]) / app.result_file
+
+
+class Flower(Engine):
+    """``flwr run --stream`` on Ray in a private FLWR_HOME (:mod:`~.flower`)."""
+
+    name = "flower"
+    separate_processes = True
+    #: One SuperNode hosts every client: Flower's cost is per node and message.
+    default_file_nodes = 1
+
+    def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
+            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
+        """Run ``app`` with :func:`~.flower.run_flower` (see :meth:`Engine.run`)."""
+        from fedkmeans.engines.flower import run_flower
+
+        return run_flower(run_config, num_nodes=num_nodes, num_cpus=num_cpus,
+                          client_cpus=client_cpus, project_dir=app.project_dir,
+                          timeout=timeout)
+
+
+INPROCESS = register_engine(InProcess())
+FLOWER = register_engine(Flower())

@@ -55,8 +55,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from fedkmeans.config import PrivacyConfig
 from fedkmeans.privacy import registry
 
 
@@ -101,17 +101,25 @@ UNDECLARED_MAX_POINTS = 2**16
 _CLIP_LIPSCHITZ = {"l2": (1.0, 1.0), "l1_nonnegative": (2.0, math.sqrt(2.0))}
 
 
+class PrivacySettings(Protocol):
+    """What the bounds read of the privacy settings (:class:`fedkmeans.config.PrivacyConfig`)."""
+
+    level: str
+    max_points_per_client: int | str
+
+
 def bound_of(
-    privacy: PrivacyConfig,
+    privacy: PrivacySettings,
     norm: str,
-    per_point: Callable[[PrivacyConfig], tuple[float, float]],
-    client_bound: Callable[[PrivacyConfig], float],
+    per_point: Callable[[Any], tuple[float, float]],
+    client_bound: Callable[[Any], float],
 ) -> StatisticBound:
     """Clip bounds and sensitivities of one statistic (derivations: module docstring).
 
     Parameters
     ----------
-    privacy : PrivacyConfig
+    privacy : PrivacySettings
+        The run's privacy settings (the config's; this layer does not import it).
     norm : {"l2", "l1_nonnegative"}
         Norm of the statistic's clip.
     per_point : callable

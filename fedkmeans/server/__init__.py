@@ -1,2 +1,5 @@
-"""The server's side of a round, shared by every algorithm: the client pool, the
-folding of replies, the release context and secure aggregation."""
+"""The server's side of a round, shared by every algorithm.
+
+The client pool, the folding of replies, the release context, the noise-relative
+thresholds, the observers' window and secure aggregation.
+"""

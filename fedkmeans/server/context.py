@@ -1,9 +1,9 @@
-"""What every protocol shares: the server context, private aggregation, the base class.
+"""What every algorithm shares on the server: the context of a run and private aggregation.
 
 :meth:`ServerContext.release` is the single path by which client statistics become
 something the server keeps: clip every client's reply on the server, sum in client-id
-order, add the calibrated noise, and record the release in the accountant. Strategies
-never add noise themselves. With secure aggregation the clients clipped and added the
+order, add the calibrated noise, and record the release in the accountant. Algorithms
+and stages never add noise themselves. With secure aggregation the clients clipped and added the
 noise shares, the sum arrives noisy, and ``release`` only records it (with the
 effective sigma of the summed shares) and shows observers the noisy sum.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -28,26 +27,25 @@ from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.server.aggregation import Fold, clipped_sum
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.replies import Replies
-from fedkmeans.stages import protocol, statistic_bounds
-from fedkmeans.stages import stage as stage_named
-from fedkmeans.stages.check import final_check
-from fedkmeans.stages.lloyds import lloyds_step
-from fedkmeans.tuning.thresholds import (
+from fedkmeans.server.thresholds import (
     count_threshold,
     noise_std,
     spare_centers,
     spread,
     weight_threshold,
 )
+from fedkmeans.stages import stage as stage_named
+from fedkmeans.stages import statistic_bounds
 
 LOG = logging.getLogger(__name__)
 
 
 @dataclass
 class ServerContext:
-    """Everything a strategy may use on the server.
+    """Everything an algorithm and its stages may use on the server.
 
     Attributes
     ----------
@@ -72,13 +70,13 @@ class ServerContext:
     accountant: PrivacyAccountant = field(default_factory=PrivacyAccountant)
     timings: dict[str, float] = field(default_factory=dict)
     non_private: list[str] = field(default_factory=list)
-    observers: list = field(default_factory=list)
+    observers: list[RunObserver] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
-    #: Rounds the strategy will run (0 = unknown): the progress lines' total.
+    #: Rounds the algorithm will run (0 = unknown): the progress lines' total.
     expected_rounds: int = 0
     #: Log a progress line per round (the tuning's simulated runs do not).
     progress: bool = True
-    #: The k chosen by the strategy with ``k = auto`` (:meth:`choose_k`), else None.
+    #: The k chosen by the algorithm with ``k = auto`` (:meth:`choose_k`), else None.
     chosen_k: int | None = None
     #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
     check: dict | None = None
@@ -142,13 +140,13 @@ class ServerContext:
         return self.chosen_k if self.chosen_k is not None else self.config.k
 
     def choose_k(self, k: int) -> None:
-        """Record the k a strategy chose (``k = auto``): later rounds and the result use it."""
+        """Record the k an algorithm chose (``k = auto``): later rounds and the result use it."""
         self.chosen_k = int(k)
 
     def extra_centers(self, k: int, eigen_gap: float, noise_norm: float) -> int:
         """Spare centers of FedDP-Init steps 2-3: ``privacy.extra-centers``, or decided.
 
-        ``auto``: :func:`~fedkmeans.tuning.thresholds.spare_centers` of step 1's
+        ``auto``: :func:`~fedkmeans.server.thresholds.spare_centers` of step 1's
         released eigen-gap and noise norm (0 with ``k = auto`` or without a subspace),
         within the server's points. Recorded in :attr:`spare_centers`.
         """
@@ -167,9 +165,9 @@ class ServerContext:
     def min_server_weight(self, stage: str) -> float:
         """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.
 
-        ``auto``: :data:`~fedkmeans.tuning.thresholds.WEIGHT_THRESHOLD_STDS` standard
+        ``auto``: :data:`~fedkmeans.server.thresholds.WEIGHT_THRESHOLD_STDS` standard
         deviations of the planned release ``stage``'s noise (0 without noise); why:
-        :mod:`fedkmeans.tuning.thresholds`.
+        :mod:`fedkmeans.server.thresholds`.
         """
         value = self.config.privacy.min_server_weight
         if value != AUTO:
@@ -182,7 +180,7 @@ class ServerContext:
     def min_cluster_count(self, group: str, fallback: np.ndarray) -> float:
         """Count a cluster needs to leave its ``fallback`` center, for round ``group``.
 
-        ``auto``: :func:`~fedkmeans.tuning.thresholds.count_threshold` of the round's
+        ``auto``: :func:`~fedkmeans.server.thresholds.count_threshold` of the round's
         planned count and sum releases, with the spread of the server's data around
         ``fallback`` (k, d) as the public scale; 1 when the run adds no noise.
         """
@@ -348,26 +346,3 @@ class ServerContext:
     def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
         for observer in self.observers:
             observer.on_release(stage, before, after)
-
-
-class Strategy(ABC):
-    """A federated k-means protocol: an initialisation, T FedDP-Lloyds steps, a check."""
-
-    name: ClassVar[str]
-
-    @abstractmethod
-    def initial_centers(self, ctx: ServerContext) -> np.ndarray:
-        """Return the initial centers, shape (k, d)."""
-
-    def run(self, ctx: ServerContext) -> np.ndarray:
-        """Initialise, refine with ``privacy.lloyds-steps`` FedDP-Lloyds steps, check.
-
-        The final check (:mod:`fedkmeans.stages.check`) runs when the protocol has one
-        and ``privacy.check-share`` > 0 in a private run.
-        """
-        centers = self.initial_centers(ctx)
-        for step in range(1, ctx.config.privacy.lloyds_steps + 1):
-            centers = lloyds_step(ctx, centers, step)
-        if protocol(self.name).checks(ctx.config.privacy):
-            centers = final_check(ctx, centers)
-        return centers

@@ -32,6 +32,7 @@ from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.server.aggregation import Fold
+from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.replies import FoldingSink, Replies, Sink, StackingSink
 from fedkmeans.wire import TRIANGLE, pack, unpack
 
@@ -69,7 +70,7 @@ class ClientPool:
     rejected: list[dict] = field(default_factory=list)
     #: Per round: nodes and clients asked and those whose replies were accepted.
     answered: dict[str, dict] = field(default_factory=dict)
-    observers: list = field(default_factory=list)
+    observers: list[RunObserver] = field(default_factory=list)
     #: :class:`~fedkmeans.server.secagg.SecAggAggregator` when
     #: ``privacy.aggregation = secagg``: protocol rounds are summed with SecAgg+.
     secagg: object | None = None
@@ -169,7 +170,7 @@ class ClientPool:
         ``federation.message-mb`` of reply, and messages are outstanding only while
         their replies fit in ``federation.inflight-mb`` (at least one), so neither the
         SuperLink nor this process ever holds more than that window of replies.
-        Observers with an ``on_client_rows(round, client_ids, rows)`` hook see every
+        Observers that want them (``RunObserver.wants_client_rows``) see every
         accepted message's rows before they are dropped (a curious server keeps them at
         its own cost).
         """
@@ -201,7 +202,7 @@ class ClientPool:
             (nid, ids[start:start + batch])
             for nid, ids in requested.items() for start in range(0, ids.size, batch)
         ]
-        hooks = [h for h in (getattr(o, "on_client_rows", None) for o in self.observers) if h]
+        hooks = [o.on_client_rows for o in self.observers if o.wants_client_rows]
         for nid, ids, got in self._stream(batches, stage, round_name, arrays, config,
                                           row_bytes):
             # a folding sink takes symmetric statistics as upper triangles (no (m, d, d))

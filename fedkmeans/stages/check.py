@@ -49,6 +49,7 @@ from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import BLOCK, squared_distances
 from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
 __all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "check_clip",
@@ -124,7 +125,7 @@ def cost_differences(
     return out[:, None]
 
 
-def final_check(ctx, centers: np.ndarray) -> np.ndarray:
+def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     """The check round: ``centers`` (A) if the noisy difference is below ``-z sigma``, else B.
 
     ``z = CHOICE_STDS``, sigma the release's noise standard deviation.

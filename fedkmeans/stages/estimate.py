@@ -49,6 +49,7 @@ import math
 import numpy as np
 
 from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 
 __all__ = [
@@ -137,7 +138,7 @@ def estimate_noise_multiplier(epsilon: float, delta: float, share: float) -> flo
     return GAUSSIAN.standalone_scale(epsilon, delta, 1.0) / math.sqrt(share)
 
 
-def _estimate_round(ctx) -> np.ndarray:
+def _estimate_round(ctx: StageContext) -> np.ndarray:
     """The server step: ask every client, release the histograms; returns the noisy row."""
     def compute() -> dict[str, np.ndarray]:
         replies = ctx.query(ESTIMATE.name, ESTIMATE.group, {},

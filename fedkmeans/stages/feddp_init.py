@@ -43,6 +43,7 @@ from fedkmeans.clustering import (
 )
 from fedkmeans.clustering.elbow import choose_k
 from fedkmeans.privacy.registry import GAUSSIAN, LAPLACE
+from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.lloyds import COUNTS, SUMS
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 from fedkmeans.wire import TRIANGLE
@@ -61,7 +62,7 @@ HISTOGRAM = Statistic(
 )
 
 
-def find_subspace(ctx, k: int) -> dict[str, np.ndarray]:
+def find_subspace(ctx: StageContext, k: int) -> dict[str, np.ndarray]:
     """Step 1: the (k, d) basis V of the noisy second moment's supported eigenvectors.
 
     Returns ``basis``, ``eigen_gap`` (``lambda_k - lambda_(k+1)`` of the released
@@ -82,7 +83,9 @@ def find_subspace(ctx, k: int) -> dict[str, np.ndarray]:
     return ctx.round(SUBSPACE.group, compute)
 
 
-def weigh_server_points(ctx, basis: np.ndarray, k: int, choose: bool, extra: int = 0) -> dict:
+def weigh_server_points(
+    ctx: StageContext, basis: np.ndarray, k: int, choose: bool, extra: int = 0
+) -> dict:
     """Step 2: projected centers (and the server's estimate of each center).
 
     Returns ``projected_centers`` (k' + extra, k_dims), ``server_estimate``
@@ -151,7 +154,7 @@ def centers_from_clients(
     return ctx.round(PROJECTED_CENTERS.group, compute)["centers"]
 
 
-def initial_centers(ctx) -> np.ndarray:
+def initial_centers(ctx: StageContext) -> np.ndarray:
     """FedDP-Init: the three stages; returns the (k, d) initial centers.
 
     With ``k = auto`` step 1 keeps ``k-max`` eigenvectors, step 2 chooses k

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import kmeans
+from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import Stage, Statistic, register
 
 __all__ = ["LOCAL_CENTERS", "cluster_local_centers"]
@@ -24,7 +25,7 @@ LOCAL_CENTERS_STATISTIC = Statistic(
 )
 
 
-def cluster_local_centers(ctx) -> np.ndarray:
+def cluster_local_centers(ctx: StageContext) -> np.ndarray:
     """Every client's local centers (no noise), then k-means on their union: (k, d)."""
     local_k = ctx.config.kfed_local_k or ctx.k
     group = LOCAL_CENTERS.group

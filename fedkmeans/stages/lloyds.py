@@ -27,6 +27,7 @@ import numpy as np
 
 from fedkmeans.clustering import centers_from_sums
 from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 
 __all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
@@ -41,12 +42,12 @@ COUNTS = Statistic(
 )
 
 
-def lloyds_step(ctx, centers: np.ndarray, step: int) -> np.ndarray:
+def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray:
     """One FedDP-Lloyds step from ``centers`` (k, d); returns the new (k, d) centers.
 
     Parameters
     ----------
-    ctx : fedkmeans.algorithms.ServerContext
+    ctx : StageContext
     centers : ndarray of shape (k, d)
     step : int
         1-based; the round is ``lloyds-<step>``.

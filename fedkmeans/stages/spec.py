@@ -10,9 +10,9 @@ budget plan, the tuning's simulation and the curious server all look stages up h
 (:func:`stage`), so adding a stage touches its own module and one :func:`register`
 call.
 
-A :class:`Protocol` names an algorithm's stages: its initialisation and whether
-FedDP-Lloyds steps follow. :func:`release_plan` turns it into the planned releases
-the calibration splits the budget over.
+An algorithm lists the stages it runs (:class:`fedkmeans.algorithms.Algorithm`) and
+turns them into the planned releases the calibration splits the budget over
+(:meth:`Stage.plan` per round).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.budget import StatisticBound, bound_of
 from fedkmeans.privacy.calibration import PlannedRelease
+from fedkmeans.stages.context import StageContext
 
 __all__ = [
-    "Protocol", "ReleaseRule", "Stage", "Statistic", "check_runs", "protocol", "register",
-    "register_protocol", "release_plan", "stage", "stage_of_round", "stages",
-    "statistic_bounds", "subscribe",
+    "ReleaseRule", "Stage", "Statistic", "check_runs", "register", "stage", "stage_of_round",
+    "stages", "statistic_bounds", "subscribe",
 ]
 
 
@@ -125,11 +125,11 @@ class Stage:
         """Per-client shape of every statistic, as the server validates replies."""
         return {s.name: s.shape(k, d, m) for s in self.statistics}
 
-    def release(self, ctx, replies, group: str) -> dict:
+    def release(self, ctx: StageContext, replies, group: str) -> dict:
         """Release every statistic of ``replies`` with the noise planned for ``group``.
 
-        Returns ``{statistic: noisy sum}`` (:meth:`fedkmeans.algorithms.ServerContext.
-        release`: server clip, sum, calibrated noise, ledger).
+        Returns ``{statistic: noisy sum}`` (:meth:`fedkmeans.server.context.
+        ServerContext.release`: server clip, sum, calibrated noise, ledger).
         """
         return {rule.statistic.name: ctx.release(
             replies, rule.statistic.name, f"{group}/{rule.statistic.name}",
@@ -148,55 +148,9 @@ class Stage:
         return out
 
 
-@dataclass(frozen=True)
-class Protocol:
-    """An algorithm's stages.
-
-    Attributes
-    ----------
-    algorithm : str
-    init : tuple of Stage
-        The initialisation's client rounds, in order (empty: server data only).
-    lloyds : bool
-        ``privacy.lloyds-steps`` FedDP-Lloyds rounds follow.
-    check : bool
-        The final private check may follow (:mod:`fedkmeans.stages.check`).
-    private : bool
-        Its releases are noisy (False: non-private baselines, no plan).
-    """
-
-    algorithm: str
-    init: tuple[Stage, ...] = ()
-    lloyds: bool = True
-    private: bool = True
-    check: bool = False
-
-    def checks(self, privacy: PrivacyConfig) -> bool:
-        """Whether a run with ``privacy`` ends with this protocol's final check."""
-        return self.check and check_runs(privacy)
-
-    def rounds(
-        self, privacy: PrivacyConfig, *, full_rank: bool = False
-    ) -> list[tuple[Stage, str]]:
-        """``(stage, round name)`` of every client round of a run with ``privacy``, in order.
-
-        The initialisation, ``privacy.lloyds_steps`` Lloyds steps, and the final check
-        when the run has one (:meth:`checks`).
-        """
-        out = [(s, s.group) for s in self.init if not (full_rank and s.skipped_when_full_rank)]
-        if self.lloyds:
-            step = stage("lloyds")
-            out += [(step, f"{step.group}-{t}") for t in range(1, privacy.lloyds_steps + 1)]
-        if self.checks(privacy):
-            final = stage("check")
-            out.append((final, final.group))
-        return out
-
-
 @dataclass
 class _Registry:
     stages: dict[str, Stage] = field(default_factory=dict)
-    protocols: dict[str, Protocol] = field(default_factory=dict)
     listeners: list[Callable[[Stage], None]] = field(default_factory=list)
 
 
@@ -241,17 +195,6 @@ def stage_of_round(round_name: str) -> Stage:
     raise KeyError(f"no stage runs round {round_name!r}")
 
 
-def register_protocol(new: Protocol) -> Protocol:
-    """Add an algorithm's protocol."""
-    _REGISTRY.protocols[new.algorithm] = new
-    return new
-
-
-def protocol(algorithm: str) -> Protocol:
-    """The registered protocol of ``algorithm``."""
-    return _REGISTRY.protocols[algorithm]
-
-
 def check_runs(privacy: PrivacyConfig) -> bool:
     """Whether a run with ``privacy`` ends with the final check (private, share > 0).
 
@@ -293,24 +236,3 @@ class _Bounds(Mapping):
 def statistic_bounds(privacy: PrivacyConfig) -> Mapping[str, StatisticBound]:
     """Clip bounds and sensitivities of every registered stage's statistics, by name."""
     return _Bounds(privacy)
-
-
-def release_plan(
-    algorithm: str, privacy: PrivacyConfig, *, subspace: bool = True
-) -> list[PlannedRelease]:
-    """Every noisy release ``algorithm`` will make, with its share of the budget.
-
-    The releases of its protocol's rounds, in order (:meth:`Protocol.rounds`). Weights
-    are normalised by the calibration over the releases that happen, so a stage
-    skipped because k >= d (``subspace = False``) leaves its share to the others.
-
-    Returns
-    -------
-    list of PlannedRelease
-        Empty for the non-private algorithms (and for baselines with T = 0).
-    """
-    chosen = protocol(algorithm)
-    if not chosen.private:
-        return []
-    return [release for step, group in chosen.rounds(privacy, full_rank=not subspace)
-            for release in step.plan(privacy, group)]

@@ -1,11 +1,11 @@
 """Settings chosen from public information only: the server's data and declared facts.
 
-* :mod:`~fedkmeans.tuning.thresholds`: the ``auto`` thresholds, set relative to the
-  noise scale of each release (post-processing of calibrated, public noise scales);
 * :mod:`~fedkmeans.tuning.simulation`: the real protocol (algorithms, mechanisms,
   accountant) run on federations resampled from the server's data;
 * :mod:`~fedkmeans.tuning.resolve`: picks every other ``auto`` setting with the
   simulation, before the private rounds, and records what it chose and why.
 
-Nothing here reads a client's data, so the choices cost no privacy budget.
+The ``auto`` thresholds, set at run time relative to each release's noise scale,
+are the server's (:mod:`fedkmeans.server.thresholds`). Nothing here reads a client's
+data, so the choices cost no privacy budget.
 """

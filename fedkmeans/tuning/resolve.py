@@ -33,8 +33,8 @@ What ``auto`` means per setting
     ``check-clip``: the mean squared distance of Q to the server-only centers.
 
     ``min-server-weight``, ``min-cluster-count`` and ``extra-centers``: left ``auto``;
-    the strategy sets them from each release's noise scale (and the spare centers from
-    step 1's released eigen-gap; :mod:`fedkmeans.tuning.thresholds`).
+    the algorithm sets them from each release's noise scale (and the spare centers from
+    step 1's released eigen-gap; :mod:`fedkmeans.server.thresholds`).
 
 The search is coordinate-wise to stay cheap (:mod:`fedkmeans.tuning.search`): the
 client-level bound quantile first (default split, T = 0), then the split, then T, each
@@ -58,11 +58,11 @@ from dataclasses import replace
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import json_number
 from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import integer_seed
-from fedkmeans.stages import release_plan
 from fedkmeans.stages.check import CHOICE_STDS, check_clip, server_only_centers
 from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
@@ -71,8 +71,8 @@ __all__ = [
     "CHECK_FRACTION", "RUNTIME_AUTO", "client_settings", "resolve_auto",
 ]
 
-#: ``auto`` settings the strategy resolves during the run, from released values and
-#: their noise scales (:mod:`fedkmeans.tuning.thresholds`).
+#: ``auto`` settings the algorithm resolves during the run, from released values and
+#: their noise scales (:mod:`fedkmeans.server.thresholds`).
 RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
@@ -184,7 +184,7 @@ def _resolve_auto(
                           else CLIENT_SPLITS[0])
     if privacy.lloyds_steps == AUTO:
         privacy = replace(privacy, lloyds_steps=0)
-    checkable = (config.algorithm == "feddp-kmeans" and not config.k_auto
+    checkable = (algorithm(config.algorithm).final_choice and not config.k_auto
                  and config.is_private and privacy.check_share != 0)
     if checkable and privacy.check_clip == AUTO:
         alternative = server_only_centers(server_x, config.k,
@@ -218,8 +218,8 @@ def _resolve_auto(
 
 def _with_check(config: ExperimentConfig, *, subspace: bool) -> ExperimentConfig:
     """``config`` with :data:`CHECK_FRACTION` of its plan's budget weight on the check."""
-    others = sum(r.weight for r in release_plan(config.algorithm, config.privacy,
-                                                subspace=subspace))
+    plan = algorithm(config.algorithm).release_plan(config.privacy, subspace=subspace)
+    others = sum(r.weight for r in plan)
     share = CHECK_FRACTION / (1.0 - CHECK_FRACTION) * others
     return replace(config, privacy=replace(config.privacy, check_share=share))
 

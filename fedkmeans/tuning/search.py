@@ -12,11 +12,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering.client_stats import cluster_sums_counts
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.stages import release_plan
 from fedkmeans.tuning.estimates import PrivateEstimates
 from fedkmeans.tuning.simulation import (
     cluster_means,
@@ -127,7 +127,7 @@ def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray
                 f"the count bound times {ratio:.4g}, the median ||sums||_F / size of "
                 f"clients of {n_max} points drawn i.i.d. from the server's data "
                 "(the least concentrated sums a large client has)")
-    if config.privacy.split == AUTO and config.algorithm == "feddp-kmeans":
+    if config.privacy.split == AUTO and algorithm(config.algorithm).tunable_split:
         splits = SPLITS if privacy.level == "datapoint" else CLIENT_SPLITS
         chosen, best = best_of("split", {
             s: replace(best, privacy=replace(best.privacy, split=s)) for s in splits})
@@ -270,7 +270,7 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
     simulation needs the scales only approximately: the coarse search, unverified.
     """
     p = config.privacy
-    plan = release_plan(config.algorithm, p, subspace=subspace)
+    plan = algorithm(config.algorithm).release_plan(p, subspace=subspace)
     if not plan:
         return []
     unit = tuple(replace(r, sensitivity=1.0) for r in plan)

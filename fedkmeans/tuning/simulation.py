@@ -1,6 +1,6 @@
 """The real protocol on a federation resampled from the server's data.
 
-A simulated run uses the project's own strategy, :class:`~fedkmeans.server.context.
+A simulated run uses the project's own algorithm, :class:`~fedkmeans.server.context.
 ServerContext` (clipping, mechanisms, thresholds), the calibrated releases and the
 node arithmetic (each stage's ``client``, :mod:`fedkmeans.stages`); only the clients are
 replaced by a :class:`SimulatedPool` whose clients hold points drawn from the server's
@@ -48,7 +48,7 @@ from typing import Iterator
 
 import numpy as np
 
-from fedkmeans.algorithms import ServerContext, build_strategy
+from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.clustering.distances import squared_distances
@@ -59,6 +59,7 @@ from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.server.aggregation import RunningSums
+from fedkmeans.server.context import ServerContext
 from fedkmeans.server.replies import Replies
 from fedkmeans.stages import stage as stage_named
 
@@ -243,7 +244,7 @@ class SimulatedPool:
               fold=None) -> Replies:
         """The clients' rows for ``stage``: folded as the real pool folds them.
 
-        With ``fold`` (the strategy's streaming rounds) the rows are clipped and added
+        With ``fold`` (the algorithm's streaming rounds) the rows are clipped and added
         by the same :class:`~fedkmeans.server.aggregation.RunningSums` as a real
         round's replies, step 1's as upper triangles (no (m, d, d) stack); without it
         they are returned stacked.
@@ -316,7 +317,7 @@ def simulate_cost(
                         server_x=federation.server_x,
                         releases=scaled, progress=False)
     with _quiet():
-        centers = build_strategy(config.algorithm).run(ctx)
+        centers = algorithm(config.algorithm).run(ctx)
     pooled = federation.pooled
     return float(squared_distances(pooled, centers).min(axis=1).mean())
 

@@ -1,0 +1,95 @@
+"""Algorithms, attacks and engines are plug-ins: one file each, found by registration.
+
+A toy baseline (``tests/toy_algorithm.py``) and a toy attack (``tests/toy_attack.py``)
+register themselves when imported and then run end to end on the in-process engine
+through the normal config, with no edit anywhere else. Every list of names is the
+registry's, and no module outside the registries compares such a name with a string.
+The toy baseline is the worked example of docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import toy_algorithm  # noqa: F401  (registers algorithm=farthest-first)
+import toy_attack  # noqa: F401  (registers attack=round-counter)
+
+from fedkmeans.algorithms import algorithm
+from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.experiment import run
+from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
+from fedkmeans.server.observer import Attack, register_attack
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["data.num-clients=8", "data.points-per-client=60", "data.dim=6",
+         "data.components=3", "k=3", "data.server-points-per-component=10",
+         "data.server-uniform-points=5", "privacy.reproducible-noise=true",
+         "federation.engine=inprocess"]
+
+
+def test_the_toy_baseline_runs_end_to_end_through_the_normal_config(tmp_path):
+    result = run([*SMALL, "algorithm=farthest-first", "privacy.lloyds-steps=1",
+                  f"output-dir={tmp_path}"])
+    assert result["algorithm"] == "farthest-first" and len(result["centers"]) == 3
+    assert [r["stage"] for r in result["privacy"]["releases"]][-2:] == \
+        ["lloyds-1/sums", "lloyds-1/counts"]
+    assert 0 < result["privacy"]["epsilon"] <= 1.0
+    assert result["metrics"]["cost_ratio"] < 2
+
+
+def test_the_toy_attack_sees_every_round_through_the_declared_hooks(tmp_path):
+    result = run([*SMALL, "attack=round-counter", f"output-dir={tmp_path}"])
+    seen = result["round_counter"]
+    assert seen["started"] and seen["replies"] == seen["broadcasts"]
+    assert seen["replies"][:3] == ["estimate", "init-1", "init-2"]
+    assert "init-3/sums" in seen["releases"] and seen["rows"] > 0
+    assert "attack" not in result  # the curious server was not built
+
+
+def test_the_registries_are_the_config_s_lists():
+    assert {"feddp-kmeans", "kfed", "farthest-first"} <= set(ALGORITHMS.names())
+    assert {"none", "curious", "round-counter"} <= set(ATTACKS.names())
+    assert set(ENGINES.names()) == {"inprocess", "flower"}
+    with pytest.raises(ConfigError, match="algorithm.*farthest-first"):
+        parse_config({"algorithm": "nearest-last"})
+    assert not parse_config({"algorithm": "kfed"}).is_private
+    assert algorithm("farthest-first").private and not algorithm("kfed").private
+    with pytest.raises(ConfigError, match="'k' must be an integer >= 1 unless"):
+        parse_config({"algorithm": "farthest-first", "k": "auto"})
+
+
+def test_the_architecture_page_s_baseline_example_is_the_toy_file():
+    """docs/architecture.md quotes tests/toy_algorithm.py verbatim (its worked example)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## Adding a baseline", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block.strip() and block in (ROOT / "tests" / "toy_algorithm.py").read_text()
+
+
+def test_a_second_entry_under_a_taken_name_is_refused():
+    with pytest.raises(ValueError, match="already registered as 'curious'"):
+        register_attack(Attack("curious", lambda config: []))
+
+
+#: A string compared with a registered name: ``== "kfed"``, ``"flower" !=``, ``in ("a", ..)``.
+def _comparisons(names: set[str]) -> re.Pattern:
+    quoted = "|".join(re.escape(f'"{n}"') + "|" + re.escape(f"'{n}'") for n in sorted(names))
+    return re.compile(rf"(==|!=)\s*({quoted})|({quoted})\s*(==|!=)"
+                      rf"|\bin\s*[(\[{{][^)\]}}]*({quoted})")
+
+
+def test_no_module_compares_an_algorithm_or_engine_name_with_a_string():
+    names = set(ALGORITHMS.names()) | set(ENGINES.names())
+    pattern = _comparisons(names)
+    hits = []
+    for path in sorted((ROOT / "fedkmeans").rglob("*.py")):
+        if path.name == "plugins.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert hits == []
+    assert pattern.search('if config.federation.engine == "flower":')
+    assert pattern.search("if r.get('algorithm') in ('kfed', 'lloyds-nonprivate'):")
