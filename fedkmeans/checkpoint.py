@@ -180,7 +180,7 @@ class Checkpoint:
                 f"{describe_data(fingerprint)} is the data its rounds were computed on; "
                 f"{spent}; {_next_step(directory)}"
             )
-        _check_format(state, state_path, directory, spent)
+        _validate_format(state, state_path, directory, spent)
         if state["data_digest"] != data_digest(fingerprint):
             raise CheckpointDataMismatchError(
                 f"checkpoint {directory} was written for other data: "
@@ -400,7 +400,7 @@ def _read_state(state_path: Path, directory: Path, delta: float) -> dict[str, An
     return state
 
 
-def _check_format(state: dict[str, Any], state_path: Path, directory: Path, spent: str) -> None:
+def _validate_format(state: dict[str, Any], state_path: Path, directory: Path, spent: str) -> None:
     """The fields of a data-bound (format 2) ``state.json``."""
     problems = []
     if not isinstance(state.get("data_digest"), str):

@@ -31,7 +31,6 @@ __all__ = [
     "kmeans_cost",
     "normalized_mutual_info",
     "optimal_cost",
-    "squared_distances",
 ]
 
 #: Upper bound on the number of entries of one chunk of the distance matrix.
@@ -53,7 +52,7 @@ def _as_points(name: str, x: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _check_pair(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _validate_pair(x: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Validate points and centers for distance computations."""
     x = _as_points("x", x)
     centers = _as_points("centers", centers)
@@ -72,33 +71,6 @@ def _row_blocks(x: np.ndarray, centers: np.ndarray):
     step = max(1, _CHUNK_ENTRIES // max(centers.shape[0], x.shape[1]))
     for start in range(0, x.shape[0], step):
         yield slice(start, start + step)
-
-
-def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances between points and centers.
-
-    :func:`fedkmeans.clustering.distances.squared_distances` in row chunks:
-    ``|x|^2 + (|c|^2 - 2 x.c)``, negative round-off clipped to zero.
-
-    Parameters
-    ----------
-    x : array_like, shape (n, d)
-        Points.
-    centers : array_like, shape (k, d)
-        Centers, ``k >= 1``.
-
-    Returns
-    -------
-    numpy.ndarray of float64, shape (n, k)
-        ``out[i, j] = ||x[i] - centers[j]||^2 >= 0``.
-    """
-    from fedkmeans.clustering.distances import squared_distances as kernel
-
-    x, centers = _check_pair(x, centers)
-    out = np.empty((x.shape[0], centers.shape[0]), dtype=np.float64)
-    for rows in _row_blocks(x, centers):
-        out[rows] = kernel(x[rows], centers)
-    return out
 
 
 def assign(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
@@ -121,7 +93,7 @@ def assign(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """
     from fedkmeans.clustering.client_stats import nearest_center
 
-    x, centers = _check_pair(x, centers)
+    x, centers = _validate_pair(x, centers)
     out = np.empty(x.shape[0], dtype=np.int64)
     for rows in _row_blocks(x, centers):
         out[rows] = nearest_center(x[rows], centers)
@@ -144,10 +116,15 @@ def kmeans_cost(x: np.ndarray, centers: np.ndarray) -> float:
         ``(1/n) * sum_i min_j ||x[i] - centers[j]||^2`` (the paper's
         "cost per point").
     """
-    d2 = squared_distances(x, centers)
-    if d2.shape[0] == 0:
+    from fedkmeans.clustering.distances import squared_distances
+
+    x, centers = _validate_pair(x, centers)
+    if x.shape[0] == 0:
         raise ValueError("x must contain at least one point")
-    return float(d2.min(axis=1).mean())
+    nearest = np.empty(x.shape[0], dtype=np.float64)
+    for rows in _row_blocks(x, centers):  # no (n, k) matrix
+        nearest[rows] = squared_distances(x[rows], centers).min(axis=1)
+    return float(nearest.mean())
 
 
 def _row_index(labels: np.ndarray, label_values: np.ndarray) -> np.ndarray:
@@ -363,10 +340,10 @@ def _lean_kmeans(kmeans):
     """
 
     class LeanKMeans(kmeans):
-        def _check_params_vs_input(self, X, *args, **kwargs):
+        def _validate_params_vs_input(self, X, *args, **kwargs):
             tol, self.tol = self.tol, 0.0  # tol = 0 skips np.var
             try:
-                super()._check_params_vs_input(X, *args, **kwargs)
+                super()._validate_params_vs_input(X, *args, **kwargs)
             finally:
                 self.tol = tol
             self._tol = _variance_mean(X) * tol if tol else 0.0

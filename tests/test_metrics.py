@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
+from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.metrics import (
     adjusted_rand_index,
     assign,
@@ -14,7 +15,6 @@ from fedkmeans.metrics import (
     kmeans_cost,
     normalized_mutual_info,
     optimal_cost,
-    squared_distances,
 )
 
 # Four points, two centers, all by hand.
@@ -52,14 +52,15 @@ def test_squared_distances_non_negative_for_identical_points() -> None:
     assert np.allclose(d2[np.arange(5), np.arange(5)], 0.0, atol=1.0)
 
 
-def test_squared_distances_chunked_matches_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cost_in_row_chunks_matches_direct(monkeypatch: pytest.MonkeyPatch) -> None:
     from fedkmeans import metrics
 
     rng = np.random.default_rng(1)
     x, c = rng.normal(size=(103, 7)), rng.normal(size=(4, 7))
-    direct = ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1)
+    direct = ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1).min(axis=1).mean()
+    assert kmeans_cost(x, c) == pytest.approx(direct, abs=1e-12)
     monkeypatch.setattr(metrics, "_CHUNK_ENTRIES", 20)  # 2-row chunks
-    assert np.allclose(metrics.squared_distances(x, c), direct, atol=1e-12)
+    assert kmeans_cost(x, c) == pytest.approx(direct, abs=1e-12)
 
 
 def test_assign_is_the_clients_nearest_center(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,9 +77,9 @@ def test_assign_is_the_clients_nearest_center(monkeypatch: pytest.MonkeyPatch) -
 
 def test_distance_validation() -> None:
     with pytest.raises(ValueError, match="x must be a 2-D"):
-        squared_distances(np.zeros(3), C2)
+        kmeans_cost(np.zeros(3), C2)
     with pytest.raises(ValueError, match="centers"):
-        squared_distances(X4, np.zeros((0, 2)))
+        kmeans_cost(X4, np.zeros((0, 2)))
     with pytest.raises(ValueError, match="same dimension"):
         assign(X4, np.zeros((2, 3)))
 

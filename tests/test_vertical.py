@@ -35,10 +35,10 @@ from fedkmeans.vertical.defence import (
 from fedkmeans.vertical.experiment import APP_DIR, run
 from fedkmeans.vertical.metrics import f_measure
 from fedkmeans.vertical.protocol import (
+    exact_squared_distances,
     initial_center_ids,
     lloyd,
     random_initial_centers,
-    squared_distances,
     update_centers,
 )
 
@@ -277,11 +277,12 @@ def test_attack_recovers_slice_with_known_centers_when_k_minus_1_covers_the_feat
     x, _ = party_data("wine", 0, 3)                      # d_h = 5
     k = 6                                                # k - 1 = 5 >= d_h
     centers = random_initial_centers(0, 0, k, x.shape[1])
-    for observed in (squared_distances(x, centers), fuse(squared_distances(x, centers))):
+    distances = exact_squared_distances(x, centers)
+    for observed in (distances, fuse(distances)):
         score = reconstruction_error(trilaterate(observed, centers), x)
         assert score["within"] >= 0.9 and score["rmse"] < 1e-8
     few = random_initial_centers(0, 0, 3, x.shape[1])    # k - 1 = 2 < d_h: degrades
-    score = reconstruction_error(trilaterate(squared_distances(x, few), few), x)
+    score = reconstruction_error(trilaterate(exact_squared_distances(x, few), few), x)
     assert score["within"] < 0.1
 
 
@@ -304,7 +305,7 @@ def test_unknown_centers_attack_recovers_up_to_isometry_over_iterations():
     centers = x[initial_center_ids(0, x.shape[0], 3)]
     observed, labels = [], []
     for _ in range(10):
-        d = squared_distances(x, centers)
+        d = exact_squared_distances(x, centers)
         observed.append(d)
         labels.append(np.argmin(d, axis=1))
         centers = update_centers(x, labels[-1], centers)

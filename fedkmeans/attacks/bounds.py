@@ -15,20 +15,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import beta, binomtest
 
-__all__ = ["choose_threshold", "clopper_pearson", "epsilon_lower_bound", "check_delta"]
+from fedkmeans.arguments import validate_delta, validate_int
 
-
-def _check_int(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_delta(delta: float) -> float:
-    """Return ``delta`` as a float, or raise ValueError unless it lies in (0, 1)."""
-    if isinstance(delta, bool) or not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
-    return float(delta)
+__all__ = ["choose_threshold", "clopper_pearson", "epsilon_lower_bound"]
 
 
 # -- statistics: Clopper-Pearson and the epsilon lower bound ---------------------------
@@ -48,7 +37,7 @@ def clopper_pearson(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     -------
     (lower, upper) : tuple of float
     """
-    n = _check_int("n", n, 1)
+    n = validate_int("n", n, 1)
     if isinstance(successes, bool) or not isinstance(successes, (int, np.integer)) or not (
         0 <= successes <= n
     ):
@@ -109,7 +98,7 @@ def epsilon_lower_bound(
         ``max(0, ln((1 - delta - FPR+) / FNR+), ln((1 - delta - FNR+) / FPR+))`` with the
         upper Clopper-Pearson bounds ``FPR+`` and ``FNR+``.
     """
-    delta = check_delta(delta)
+    delta = validate_delta(delta)
     fpr_upper = clopper_pearson(false_positives, n_out, confidence)[1]
     fnr_upper = clopper_pearson(false_negatives, n_in, confidence)[1]
     return float(_bound_from_rates(fpr_upper, fnr_upper, delta))

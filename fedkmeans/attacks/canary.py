@@ -40,9 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedkmeans.algorithms import release_plan
-from fedkmeans.attacks.bounds import (
-    check_delta,
-)
+from fedkmeans.arguments import validate_delta, validate_int
 from fedkmeans.attacks.game import noisy_releases
 from fedkmeans.attacks.membership import release_llr
 from fedkmeans.clustering.client_stats import (
@@ -58,7 +56,7 @@ from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON, PlannedRelease, ca
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
 
-__all__ = ["BUDGETS", "MECHANISMS", "TESTS", "CanaryGame", "canary_game", "check_int"]
+__all__ = ["BUDGETS", "MECHANISMS", "TESTS", "CanaryGame", "canary_game"]
 
 #: What can be audited: one release, or ``lloyds`` = one FedDP-Lloyds step (sums with
 #: Gaussian noise and counts with Laplace or Gaussian noise, one cohort, jointly).
@@ -76,14 +74,7 @@ TESTS = ("lr", "float")
 _CHUNK = 512
 
 
-def check_int(name: str, value: int, minimum: int) -> int:
-    """``value`` if it is an integer >= ``minimum``, else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_epsilon(epsilon: float) -> float:
+def _validate_epsilon(epsilon: float) -> float:
     if isinstance(epsilon, bool) or not (
         isinstance(epsilon, (int, float, np.floating)) and 0 < epsilon <= MAX_FINITE_EPSILON
     ):
@@ -251,12 +242,12 @@ def canary_game(
         raise ValueError(
             f"under_noise plants the step-1 bug and needs mechanism='covariance', got {mechanism!r}"
         )
-    epsilon, delta = _check_epsilon(epsilon), check_delta(delta)
+    epsilon, delta = _validate_epsilon(epsilon), validate_delta(delta)
     if not (isinstance(data_radius, (int, float)) and math.isfinite(data_radius)
             and data_radius > 0):
         raise ValueError(f"data_radius must be a finite float > 0, got {data_radius!r}")
-    dim, k = check_int("dim", dim, 1), check_int("k", k, 1)
-    base_points, seed = check_int("base_points", base_points, 1), check_int("seed", seed, 0)
+    dim, k = validate_int("dim", dim, 1), validate_int("k", k, 1)
+    base_points, seed = validate_int("base_points", base_points, 1), validate_int("seed", seed, 0)
 
     privacy = PrivacyConfig(**{
         **HAND_SETTINGS, "epsilon": epsilon, "delta": delta, "data_radius": float(data_radius),

@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from fedkmeans.arguments import validate_int
 from fedkmeans.attacks.bounds import (
     choose_threshold,
     clopper_pearson,
     epsilon_lower_bound,
 )
-from fedkmeans.attacks.canary import TESTS, canary_game, check_int
+from fedkmeans.attacks.canary import TESTS, canary_game
 from fedkmeans.seeding import generator
 
 __all__ = ["AuditResult", "audit"]
@@ -109,7 +110,7 @@ def audit(
     AuditResult
     """
     start = time.perf_counter()
-    trials = check_int("trials", trials, 8)
+    trials = validate_int("trials", trials, 8)
     if not (isinstance(select_fraction, float) and 0 < select_fraction < 1):
         raise ValueError(f"select_fraction must be a float in (0, 1), got {select_fraction!r}")
     if test not in TESTS:

@@ -165,7 +165,7 @@ class TargetTrace:
         raise KeyError(name)
 
 
-def _check_trials(trials: int) -> int:
+def _validate_trials(trials: int) -> int:
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
     return int(trials)
@@ -183,7 +183,7 @@ def lr_membership(
         every release); ``curious_server``: over the target client's own replies (the
         noisy releases when ``replies_observed`` is False).
     """
-    trials = _check_trials(trials)
+    trials = _validate_trials(trials)
     if not targets:
         raise ValueError("targets must be non-empty")
     analyst_in, analyst_out, server_in, server_out = [], [], [], []
@@ -250,7 +250,7 @@ def differencing(
     dict
         ``analyst`` and ``curious_server`` cosine summaries.
     """
-    trials = _check_trials(trials)
+    trials = _validate_trials(trials)
     usable = [t for t in targets if t.final_round is not None]
     if not usable:
         raise ValueError("targets must include a round that released sums and counts")
@@ -312,7 +312,7 @@ def cost_membership(
     reference without the target (an independent release of the OUT world); the score
     is ``d(x, reference) - d(x, observed)``. Data-point level only.
     """
-    trials = _check_trials(trials)
+    trials = _validate_trials(trials)
     scores: dict[bool, list[np.ndarray]] = {True: [], False: []}
     for target, sums, counts in _final_point_releases(targets):
         points = np.broadcast_to(target.point, (trials, target.point.size))
@@ -338,8 +338,8 @@ def lira_membership(
     observed model's score into a likelihood ratio; ``trials`` observed models per
     world are scored.
     """
-    trials = _check_trials(trials)
-    shadows = _check_trials(shadows)
+    trials = _validate_trials(trials)
+    shadows = _validate_trials(shadows)
     scores: dict[bool, list[np.ndarray]] = {True: [], False: []}
     for target, sums, counts in _final_point_releases(targets):
 

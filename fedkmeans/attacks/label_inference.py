@@ -104,7 +104,7 @@ class _Classifier:
         return gap / np.maximum(norm, 1e-12)
 
 
-def _check_box(lower: np.ndarray, upper: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def _validate_box(lower: np.ndarray, upper: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     lower = np.asarray(lower, dtype=np.float64)
     upper = np.asarray(upper, dtype=np.float64)
     if lower.shape != (dim,) or upper.shape != (dim,):
@@ -164,7 +164,7 @@ def sample_queries(
         raise ValueError(f"perturbations must be an integer >= 1, got {perturbations!r}")
     if not radius > 0:
         raise ValueError(f"radius must be > 0, got {radius!r}")
-    lower, upper = _check_box(lower, upper, oracle.dim)
+    lower, upper = _validate_box(lower, upper, oracle.dim)
     pending = sorted(c for c in set(checkpoints) if 0 < c <= budget)
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []

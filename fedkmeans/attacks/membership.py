@@ -49,7 +49,7 @@ def _means(mean_in: np.ndarray, mean_out: np.ndarray) -> tuple[np.ndarray, np.nd
     return a, b
 
 
-def _check_scale(name: str, scale: float) -> float:
+def _validate_scale(name: str, scale: float) -> float:
     if not (np.isfinite(scale) and scale >= 0.0):
         raise ValueError(f"{name} must be finite and >= 0, got {scale!r}")
     return float(scale)
@@ -76,7 +76,7 @@ def gaussian_llr(
     ndarray of shape (trials,)
     """
     mean_in, mean_out = _means(mean_in, mean_out)
-    sigma = _check_scale("sigma", sigma)
+    sigma = _validate_scale("sigma", sigma)
     flat = _flat_trials("y", y, mean_in.shape)
     a, b = mean_in.ravel(), mean_out.ravel()
     # ||y-b||^2 - ||y-a||^2 = 2 <y, a-b> + ||b||^2 - ||a||^2, stable for large y.
@@ -94,7 +94,7 @@ def laplace_llr(y: np.ndarray, mean_in: np.ndarray, mean_out: np.ndarray, b: flo
     release into the score (see :mod:`fedkmeans.audit`, ``test="float"``).
     """
     mean_in, mean_out = _means(mean_in, mean_out)
-    b = _check_scale("b", b)
+    b = _validate_scale("b", b)
     flat = _flat_trials("y", y, mean_in.shape)
     changed = np.flatnonzero(mean_in.ravel() != mean_out.ravel())
     if changed.size == 0:

@@ -36,7 +36,7 @@ __all__ = [
 EXACT = 1e-9
 
 
-def _check_reply(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _validate_reply(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sums = np.asarray(sums, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.float64)
     if sums.ndim != 2:
@@ -64,7 +64,7 @@ def reconstruct_means(
         Zero rows where ``valid`` is False.
     valid : ndarray of shape (k,), bool
     """
-    sums, counts = _check_reply(sums, counts)
+    sums, counts = _validate_reply(sums, counts)
     if not min_count > 0:
         raise ValueError(f"min_count must be > 0, got {min_count!r}")
     valid = counts >= min_count
@@ -80,7 +80,7 @@ def reconstruct_points(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n_single, d)
     """
-    sums, counts = _check_reply(sums, counts)
+    sums, counts = _validate_reply(sums, counts)
     single = np.abs(counts - 1.0) < 1e-9
     return sums[single].copy()
 
@@ -130,7 +130,7 @@ def attack_client_reply(
     -------
     ClientReconstruction
     """
-    sums, counts = _check_reply(sums, counts)
+    sums, counts = _validate_reply(sums, counts)
     points = np.asarray(points, dtype=np.float64)
     if points.ndim != 2 or points.shape[1] != sums.shape[1]:
         raise ValueError(f"points must have shape (n, {sums.shape[1]}), got {points.shape}")

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedkmeans.arguments import validate_delta
 from fedkmeans.attacks.bounds import (
-    check_delta,
     choose_threshold,
     clopper_pearson,
     epsilon_lower_bound,
@@ -185,7 +185,7 @@ def audit_release(
                          f"audited deterministically, got aggregation={setup.aggregation!r}")
     if trials < 100 or selection < 100:
         raise ValueError(f"trials and selection must be >= 100, got {trials}, {selection}")
-    delta = check_delta(setup.delta)
+    delta = validate_delta(setup.delta)
     config = setup.config(sampled=True)
     plan = planned_releases(config)
     named = {p.stage: p for p in plan}

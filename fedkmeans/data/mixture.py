@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedkmeans.arguments import validate_int
+
 __all__ = [
     "PARTITIONS",
     "mixture_block",
@@ -45,15 +47,7 @@ _CLIENT_KEY = 2
 _SERVER_KEY = 3
 
 
-def _check_int(name: str, value: int, minimum: int) -> int:
-    """Return ``value`` as ``int`` if it is an integer ``>= minimum``."""
-    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not is_int or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_positive(name: str, value: float) -> float:
+def _validate_positive(name: str, value: float) -> float:
     """Return ``value`` as ``float`` if it is finite and ``> 0``."""
     try:
         out = float(value)
@@ -86,9 +80,9 @@ def mixture_means(seed: int, k: int, dim: int) -> np.ndarray:
     numpy.ndarray of float64, shape (k, dim)
         The means; seed path ``spawn_key=(1,)``.
     """
-    seed = _check_int("seed", seed, 0)
-    k = _check_int("k", k, 1)
-    dim = _check_int("dim", dim, 1)
+    seed = validate_int("seed", seed, 0)
+    k = validate_int("k", k, 1)
+    dim = validate_int("dim", dim, 1)
     return _generator(seed, _MEANS_KEY).random((k, dim))
 
 
@@ -146,11 +140,11 @@ def mixture_client(
     y : numpy.ndarray of int64, shape (n_points,)
         Component ``c`` of each point.
     """
-    seed = _check_int("seed", seed, 0)
-    client_id = _check_int("client_id", client_id, 0)
-    n_points = _check_int("n_points", n_points, 1)
-    variance = _check_positive("variance", variance)
-    alpha = _check_positive("dirichlet_alpha", dirichlet_alpha)
+    seed = validate_int("seed", seed, 0)
+    client_id = validate_int("client_id", client_id, 0)
+    n_points = validate_int("n_points", n_points, 1)
+    variance = _validate_positive("variance", variance)
+    alpha = _validate_positive("dirichlet_alpha", dirichlet_alpha)
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
     means = mixture_means(seed, k, dim)
@@ -194,13 +188,13 @@ def mixture_block(
         Client after client, as ``np.concatenate`` of :func:`mixture_client`'s ``x``.
     y : ndarray of int64, shape (len(client_ids) * n_points,)
     """
-    seed = _check_int("seed", seed, 0)
-    n_points = _check_int("n_points", n_points, 1)
-    scale = np.sqrt(_check_positive("variance", variance))
-    alpha = _check_positive("dirichlet_alpha", dirichlet_alpha)
+    seed = validate_int("seed", seed, 0)
+    n_points = validate_int("n_points", n_points, 1)
+    scale = np.sqrt(_validate_positive("variance", variance))
+    alpha = _validate_positive("dirichlet_alpha", dirichlet_alpha)
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-    ids = [_check_int("client_id", c, 0) for c in client_ids]
+    ids = [validate_int("client_id", c, 0) for c in client_ids]
     means = mixture_means(seed, k, dim)
     shape = (len(ids) * n_points, int(dim))
     if out is None:
@@ -258,10 +252,10 @@ def mixture_server(
     ValueError
         If an argument is out of range or the server would get no points.
     """
-    seed = _check_int("seed", seed, 0)
-    per_component = _check_int("per_component", per_component, 0)
-    uniform = _check_int("uniform", uniform, 0)
-    variance = _check_positive("variance", variance)
+    seed = validate_int("seed", seed, 0)
+    per_component = validate_int("per_component", per_component, 0)
+    uniform = validate_int("uniform", uniform, 0)
+    variance = _validate_positive("variance", variance)
     means = mixture_means(seed, k, dim)
     if k * per_component + uniform == 0:
         raise ValueError("per_component and uniform must not both be 0 (no server points)")

@@ -158,7 +158,7 @@ def prepare(
         The manifest (also written to ``manifest.json``).
     """
     layout = Layout(Path(directory))
-    _check_outside_app(layout.root)
+    _validate_outside_app(layout.root)
     if live_processes(layout):
         raise DeploymentError(
             f"a deployment is running in {layout.root}; run `down` before preparing it again"
@@ -191,7 +191,7 @@ def prepare(
     return manifest
 
 
-def _check_outside_app(root: Path, project_dir: Path = PROJECT_DIR) -> None:
+def _validate_outside_app(root: Path, project_dir: Path = PROJECT_DIR) -> None:
     try:
         inside = root.relative_to(project_dir.resolve())
     except ValueError:

@@ -185,7 +185,7 @@ def up(
         if nodes and start_superlink:
             _wait_nodes_online(layout, state, len(nodes), timeout)
         elif nodes:  # the SuperLink is elsewhere: at least check that nodes were not refused
-            _check_running(state, seconds=10.0)
+            _validate_running(state, seconds=10.0)
     except BaseException:
         _stop_state(layout, state)
         layout.state.unlink(missing_ok=True)
@@ -205,7 +205,7 @@ def _raise_if_exited(state: dict) -> None:
             )
 
 
-def _check_running(state: dict, seconds: float) -> None:
+def _validate_running(state: dict, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while True:
         _raise_if_exited(state)

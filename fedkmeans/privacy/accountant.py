@@ -21,7 +21,8 @@ import dp_accounting
 import numpy as np
 from dp_accounting.pld import PLDAccountant
 
-from fedkmeans.privacy.analytic_gaussian import check_delta, gaussian_epsilon
+from fedkmeans.arguments import validate_delta
+from fedkmeans.privacy.analytic_gaussian import gaussian_epsilon
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
 __all__ = ["Release", "PrivacyAccountant", "gaussian_epsilon"]  # gaussian_epsilon: re-export
@@ -179,7 +180,7 @@ class PrivacyAccountant:
         float
             0.0 for an empty ledger, ``math.inf`` if any release has no noise.
         """
-        check_delta(delta)
+        validate_delta(delta)
         if not (0.0 < discretization < 1.0):
             raise ValueError(f"discretization must be in (0, 1), got {discretization!r}")
         if not self._releases:

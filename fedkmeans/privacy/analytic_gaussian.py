@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-__all__ = ["analytic_gaussian_sigma", "check_delta", "gaussian_epsilon", "gaussian_log_delta"]
+from fedkmeans.arguments import validate_delta
 
-
-def check_delta(delta: float) -> None:
-    """Raise ValueError unless ``delta`` is a number in (0, 1)."""
-    if not (isinstance(delta, (int, float, np.floating)) and 0.0 < delta < 1.0):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+__all__ = ["analytic_gaussian_sigma", "gaussian_epsilon", "gaussian_log_delta"]
 
 
 def gaussian_log_delta(epsilon: float, z: float) -> float:
@@ -52,7 +47,7 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
         Smallest ``epsilon >= 0`` with ``delta(epsilon) <= delta``; independent of the
         PLD accountant and used to check it.
     """
-    check_delta(delta)
+    validate_delta(delta)
     if not (math.isfinite(noise_multiplier) and noise_multiplier > 0.0):
         raise ValueError(f"noise_multiplier must be finite and > 0, got {noise_multiplier!r}")
     z, log_target = float(noise_multiplier), math.log(delta)
@@ -90,7 +85,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     float
         ``sigma``.
     """
-    check_delta(delta)
+    validate_delta(delta)
     if not (math.isfinite(epsilon) and epsilon > 0.0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     if not (math.isfinite(sensitivity) and sensitivity > 0.0):

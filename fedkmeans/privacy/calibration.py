@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedkmeans.arguments import validate_delta
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma, check_delta
+from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
 __all__ = ["PlannedRelease", "analytic_gaussian_sigma", "calibrate"]
@@ -147,7 +148,7 @@ def calibrate(
         ``PrivacyAccountant.get_epsilon(delta)`` (discretization 1e-4) lies in
         ``[0.99 * epsilon, epsilon]`` (when ``verify``).
     """
-    check_delta(delta)
+    validate_delta(delta)
     if not (
         isinstance(epsilon, (int, float, np.floating))
         and (0.0 < epsilon <= MAX_FINITE_EPSILON or epsilon == math.inf)

@@ -23,7 +23,7 @@ _NORMS = ("l2", "l1", "l1_nonnegative")
 _SHRINK = 1.0 - 4.0 * np.finfo(np.float64).eps
 
 
-def _check_bound(bound: float) -> float:
+def _validate_bound(bound: float) -> float:
     try:
         value = float(bound)
     except (TypeError, ValueError):
@@ -78,7 +78,7 @@ def clip_factors(
     ndarray of shape (m,)
         Exactly 1 for rows already inside the ball.
     """
-    bound = _check_bound(bound)
+    bound = _validate_bound(bound)
     factor = np.ones(flat.shape[0])
     if math.isinf(bound) or flat.size == 0:
         return factor
@@ -129,7 +129,7 @@ def clip_stacked(x: ArrayLike, bound: float, norm: str) -> NDArray[np.floating]:
     ndarray, shape (m, ...)
         Float copy with ``norm(out[i]) <= bound`` for every ``i``.
     """
-    bound = _check_bound(bound)
+    bound = _validate_bound(bound)
     if norm not in _NORMS:
         raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
     arr = _as_float_copy(x)
@@ -140,7 +140,7 @@ def clip_stacked(x: ArrayLike, bound: float, norm: str) -> NDArray[np.floating]:
 
 
 def _clip_whole(x: ArrayLike, bound: float, kind: str) -> NDArray[np.floating]:
-    bound = _check_bound(bound)
+    bound = _validate_bound(bound)
     arr = _as_float_copy(x)
     return _clip_flat(arr.reshape(1, -1), bound, kind).reshape(arr.shape)
 
@@ -261,7 +261,7 @@ def clip_upper_triangles(
     -------
     ndarray, shape (m, dim (dim + 1) / 2)
     """
-    bound = _check_bound(bound)
+    bound = _validate_bound(bound)
     if copy:
         arr = _as_float_copy(triangles)
     else:

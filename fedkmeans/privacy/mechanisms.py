@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 __all__ = ["GaussianMechanism", "LaplaceMechanism"]
 
 
-def _check_params(owner: object, sensitivity: float, noise_scale: float) -> None:
+def _validate_params(owner: object, sensitivity: float, noise_scale: float) -> None:
     name = type(owner).__name__
     for field, value in (("sensitivity", sensitivity), ("noise_scale", noise_scale)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -36,7 +36,7 @@ def _check_params(owner: object, sensitivity: float, noise_scale: float) -> None
     object.__setattr__(owner, "noise_scale", float(noise_scale))
 
 
-def _check_rng(rng: object) -> np.random.Generator:
+def _validate_rng(rng: object) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     return rng
@@ -107,7 +107,7 @@ class GaussianMechanism:
     noise_scale: float
 
     def __post_init__(self) -> None:
-        _check_params(self, self.sensitivity, self.noise_scale)
+        _validate_params(self, self.sensitivity, self.noise_scale)
 
     @property
     def granularity(self) -> float:
@@ -153,7 +153,7 @@ class GaussianMechanism:
             New float array on the lattice :attr:`granularity` ``* Z`` (see Notes); an
             exact copy when ``noise_scale == 0``.
         """
-        _check_rng(rng)
+        _validate_rng(rng)
         out = _float_copy(value)
         if self.noise_scale == 0.0:
             return out
@@ -189,7 +189,7 @@ class GaussianMechanism:
         with ``||p|| <= Delta``, since ``||p p^T||_F = ||p||^2``), and calibrating
         ``sigma`` to the Frobenius sensitivity is conservative.
         """
-        _check_rng(rng)
+        _validate_rng(rng)
         out = _float_copy(matrix)
         if out.ndim != 2 or out.shape[0] != out.shape[1]:
             raise ValueError(f"matrix must be square with shape (d, d), got {out.shape}")
@@ -242,7 +242,7 @@ class LaplaceMechanism:
     noise_scale: float
 
     def __post_init__(self) -> None:
-        _check_params(self, self.sensitivity, self.noise_scale)
+        _validate_params(self, self.sensitivity, self.noise_scale)
 
     @property
     def noise_multiplier(self) -> float:
@@ -268,7 +268,7 @@ class LaplaceMechanism:
             New float array, every entry a multiple of :attr:`granularity`; an exact
             copy when ``noise_scale == 0``.
         """
-        _check_rng(rng)
+        _validate_rng(rng)
         out = _float_copy(value)
         if self.noise_scale == 0.0:
             return out

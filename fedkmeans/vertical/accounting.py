@@ -130,7 +130,7 @@ class ReportMechanism:
         return matrix
 
 
-def _check_matrix(matrix: np.ndarray) -> np.ndarray:
+def _validate_matrix(matrix: np.ndarray) -> np.ndarray:
     p = np.asarray(matrix, dtype=np.float64)
     if p.ndim != 2 or p.shape[0] < 2 or np.any(p < 0) or not np.allclose(p.sum(axis=1), 1.0):
         raise ValueError("matrix must be a row-stochastic (inputs, outputs) array, >= 2 inputs")
@@ -163,7 +163,7 @@ def worst_case_epsilon(matrix: np.ndarray | ReportMechanism) -> float:
         low = np.where(np.bincount(cols, minlength=q) == q, low, 0.0)
         high, low = matrix.floor + high, matrix.floor + low
     else:
-        p = _check_matrix(matrix)
+        p = _validate_matrix(matrix)
         high, low = p.max(axis=0), p.min(axis=0)
     used = high > 0
     high, low = high[used], low[used]
@@ -240,7 +240,7 @@ def hockey_stick_delta(matrix: np.ndarray | ReportMechanism, epsilon: float) -> 
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
     if isinstance(matrix, ReportMechanism):
         return _structured_hockey_stick(matrix, math.exp(epsilon))
-    return _dense_hockey_stick(_check_matrix(matrix), math.exp(epsilon))
+    return _dense_hockey_stick(_validate_matrix(matrix), math.exp(epsilon))
 
 
 def consistent_inputs(matrix: np.ndarray, reports: np.ndarray) -> np.ndarray:
@@ -264,7 +264,7 @@ def consistent_inputs(matrix: np.ndarray, reports: np.ndarray) -> np.ndarray:
     numpy.ndarray of bool, shape (..., Q)
         ``out[..., v]`` is True iff input v is consistent with all m reports.
     """
-    possible = _check_matrix(matrix) > 0                 # possible[v, y]
+    possible = _validate_matrix(matrix) > 0                 # possible[v, y]
     reports = np.asarray(reports, dtype=np.int64)
     out = np.ones(reports.shape[1:] + (possible.shape[0],), dtype=bool)
     for report in reports:
@@ -272,7 +272,7 @@ def consistent_inputs(matrix: np.ndarray, reports: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_composition(epsilon: float, m: int) -> None:
+def _validate_composition(epsilon: float, m: int) -> None:
     if not (isinstance(epsilon, (int, float, np.floating)) and 0 < epsilon < math.inf):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     if not (isinstance(m, (int, np.integer)) and m >= 1):
@@ -281,7 +281,7 @@ def _check_composition(epsilon: float, m: int) -> None:
 
 def basic_composition(epsilon: float, m: int) -> float:
     """``m * epsilon``: m epsilon-LDP reports of one sample."""
-    _check_composition(epsilon, m)
+    _validate_composition(epsilon, m)
     return float(m * epsilon)
 
 
@@ -296,7 +296,7 @@ def advanced_composition(epsilon: float, m: int, delta: float) -> float:
     -------
     float
     """
-    _check_composition(epsilon, m)
+    _validate_composition(epsilon, m)
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     return float(math.sqrt(2 * m * math.log(1 / delta)) * epsilon
@@ -339,7 +339,7 @@ def rr_pld(epsilon: float, outputs: int, m: int):
 
     if not (isinstance(outputs, (int, np.integer)) and outputs >= 2):
         raise ValueError(f"outputs must be an integer >= 2, got {outputs!r}")
-    _check_composition(epsilon, m)
+    _validate_composition(epsilon, m)
     p, q = truth_probability(epsilon, outputs), 1.0 / (math.exp(epsilon) + outputs - 1)
     losses = {1: p, -1: q}                       # loss in units of epsilon -> probability
     if outputs > 2:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.vertical.protocol import squared_distances, update_centers
+from fedkmeans.vertical.protocol import exact_squared_distances, update_centers
 
 __all__ = [
     "known_centers_attack",
@@ -182,7 +182,7 @@ def _misfit(y: np.ndarray, centers: np.ndarray, x: np.ndarray, variances: np.nda
 
 def squared_distances_stack(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Squared distances of x (n, d) to every iteration's centers (T, k, d): (T, n, k)."""
-    return np.stack([squared_distances(x, c) for c in centers])
+    return np.stack([exact_squared_distances(x, c) for c in centers])
 
 
 def unknown_centers_attack(observed: np.ndarray, dim: int, fused: bool) -> np.ndarray:

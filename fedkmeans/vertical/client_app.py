@@ -29,7 +29,11 @@ from fedkmeans.vertical.config import VerticalConfig, parse_vertical_config
 from fedkmeans.vertical.data import party_data, scale_columns
 from fedkmeans.vertical.defence import defend
 from fedkmeans.vertical.metrics import contingency
-from fedkmeans.vertical.protocol import party_initial_centers, replay_centers, squared_distances
+from fedkmeans.vertical.protocol import (
+    exact_squared_distances,
+    party_initial_centers,
+    replay_centers,
+)
 from fedkmeans.wire import pack, unpack
 
 app = ClientApp()
@@ -85,7 +89,7 @@ def distances(msg: Message, context: Context) -> Message:
     centers = replay_centers(x, centers, arrays["history"])
     upper = config.bound * x.shape[1] if config.bound > 0 else None
     report, scale = defend(
-        squared_distances(x, centers), defence=config.defence,
+        exact_squared_distances(x, centers), defence=config.defence,
         rng=_noise(config, party, int(settings["iteration"])), levels=config.levels,
         epsilon=config.epsilon, l_ratio=config.l_ratio, mechanism=config.mechanism,
         upper=upper,

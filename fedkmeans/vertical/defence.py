@@ -83,7 +83,7 @@ def fuse(distances: np.ndarray) -> np.ndarray:
     return d - d.min(axis=1, keepdims=True)
 
 
-def _check_levels(levels: int) -> None:
+def _validate_levels(levels: int) -> None:
     if not (isinstance(levels, (int, np.integer)) and levels >= 2):
         raise ValueError(f"levels (Q) must be an integer >= 2, got {levels!r}")
 
@@ -108,7 +108,7 @@ def discretise(values: np.ndarray, levels: int, upper: float) -> np.ndarray:
     numpy.ndarray of int64, shape (n, k)
         Levels in [0, Q).
     """
-    _check_levels(levels)
+    _validate_levels(levels)
     if not (math.isfinite(upper) and upper >= 0):
         raise ValueError(f"upper must be finite and >= 0, got {upper!r}")
     values = np.asarray(values, dtype=np.float64)
@@ -133,11 +133,11 @@ def decode(levels_array: np.ndarray, levels: int, upper: float) -> np.ndarray:
     -------
     numpy.ndarray of float64, shape (n, k)
     """
-    _check_levels(levels)
+    _validate_levels(levels)
     return np.asarray(levels_array, dtype=np.float64) * (float(upper) / (levels - 1))
 
 
-def _check_rr(levels: int, epsilon: float) -> None:
+def _validate_rr(levels: int, epsilon: float) -> None:
     if not (isinstance(levels, (int, np.integer)) and levels >= 3):
         raise ValueError(f"levels (Q) must be an integer >= 3 for randomized response, "
                          f"got {levels!r}")
@@ -235,7 +235,7 @@ def gap_rr(
     -------
     numpy.ndarray of int64, shape (...)
     """
-    _check_rr(levels, epsilon)
+    _validate_rr(levels, epsilon)
     sets = gap_answer_sets(true_levels, levels, gap)
     v = np.asarray(true_levels, dtype=np.int64)
     others = np.sort(np.where(sets == v[..., None], levels + 1, sets), axis=-1)[..., :2]
@@ -253,7 +253,7 @@ def gap_rr_matrix(levels: int, epsilon: float, gap: int) -> np.ndarray:
     numpy.ndarray of float64, shape (Q, Q)
         Rows sum to 1.
     """
-    _check_rr(levels, epsilon)
+    _validate_rr(levels, epsilon)
     p = truth_probability(epsilon, 3)
     matrix = np.zeros((levels, levels))
     for v, answer_set in enumerate(gap_answer_sets(np.arange(levels), levels, gap)):
@@ -282,7 +282,7 @@ def grr(
     -------
     numpy.ndarray of int64, shape (...)
     """
-    _check_rr(levels, epsilon)
+    _validate_rr(levels, epsilon)
     v = np.asarray(true_levels, dtype=np.int64)
     if v.size and (v.min() < 0 or v.max() >= levels):
         raise ValueError(f"true levels must lie in [0, {levels})")
@@ -293,7 +293,7 @@ def grr(
 
 def grr_matrix(levels: int, epsilon: float) -> np.ndarray:
     """Transition matrix of :func:`grr`, shape (Q, Q)."""
-    _check_rr(levels, epsilon)
+    _validate_rr(levels, epsilon)
     p = truth_probability(epsilon, levels)
     matrix = np.full((levels, levels), (1.0 - p) / (levels - 1))
     np.fill_diagonal(matrix, p)

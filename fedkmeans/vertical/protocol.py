@@ -29,14 +29,14 @@ __all__ = [
     "party_initial_centers",
     "random_initial_centers",
     "replay_centers",
-    "squared_distances",
+    "exact_squared_distances",
     "update_centers",
 ]
 
 INITS = ("samples", "random")
 
 
-def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
+def exact_squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     """Exact squared Euclidean distances (by differences, no expansion round-off).
 
     Not the package's kernel (:mod:`fedkmeans.clustering.distances`, which expands
@@ -225,7 +225,7 @@ def lloyd(
     centers = np.array(initial, dtype=np.float64, copy=True)
     history: list[np.ndarray] = []
     for _ in range(iterations):
-        labels = assign(squared_distances(x, centers))
+        labels = assign(exact_squared_distances(x, centers))
         stable = bool(history) and np.array_equal(labels, history[-1])
         history.append(labels)
         if stable and stop_when_stable:
