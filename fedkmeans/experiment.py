@@ -45,8 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
-from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
-from fedkmeans.config_schema import check_server_points
+from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
 from fedkmeans.data.catalog import dataset
 from fedkmeans.engines import App, engine
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES

@@ -19,8 +19,7 @@ from fedkmeans import data as data_access
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
-from fedkmeans.config import ExperimentConfig, parse_config
-from fedkmeans.config_schema import check_server_points
+from fedkmeans.config import ExperimentConfig, check_server_points, parse_config
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import calibrate

@@ -1,23 +1,28 @@
 """Declarative config validation, shared by the horizontal and the vertical app.
 
-A config is checked against a table of :class:`Rule` s, in order: each names a key,
-the :class:`Constraint` its value must meet (what is allowed, in words, and the test)
-and optionally when the rule applies. :func:`check` raises one :class:`ConfigError`
-for the first value that fails, naming the key, what is allowed and the value, before
-any private data is touched. The constraints are small and composable
-(:func:`one_of`, :func:`at_least`, :func:`interval`, :func:`positive`,
-:func:`auto_or`); a rule whose condition involves several keys gives its own test.
+A config is checked against :class:`Rule` s, in order: each names a key, the
+:class:`Constraint` its value must meet (what is allowed, in words, and the test) and
+optionally when the rule applies. :func:`check` raises one :class:`ConfigError` for the
+first value that fails, naming the key, what is allowed and the value, before any
+private data is touched. The constraints are small and composable (:func:`one_of`,
+:func:`at_least`, :func:`interval`, :func:`positive`, :func:`auto_or`); a rule whose
+condition involves several keys gives its own test.
+
+The rules sit beside their key: a dataclass field declared with :func:`key` carries its
+default and its rules (as scikit-learn's ``_parameter_constraints``), and
+:func:`check_keys` checks a section's fields in declaration order. A table of
+:func:`require` rows does the same for a config without such fields.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["ConfigError", "Constraint", "Dependent", "Rule", "at_least", "auto_or", "check",
-           "interval", "never", "one_of", "positive", "require"]
+           "check_keys", "interval", "key", "never", "one_of", "positive", "require", "when"]
 
 
 class ConfigError(ValueError):
@@ -70,6 +75,47 @@ def require(key: str, constraint: Constraint | Dependent, value: Callable[[Any],
             when: Callable[[Any], bool] | None = None) -> Rule:
     """A :class:`Rule` (reads like the table it builds)."""
     return Rule(key, constraint, value, when)
+
+
+def when(condition: Callable[[Any], bool], constraint: Constraint | Dependent,
+         value: Callable[[Any], Any] | None = None) -> Rule:
+    """A rule of a :func:`key` that applies only when ``condition(config)`` holds.
+
+    ``value(config)``: what the error prints (default: the key's value).
+    """
+    return Rule("", constraint, value, condition)  # type: ignore[arg-type]
+
+
+def key(default: Any, *rules: Constraint | Dependent | Rule, **meta: Any) -> Any:
+    """A dataclass field that is a config key: its default and its rules, in order.
+
+    Parameters
+    ----------
+    default
+        The key's default value.
+    *rules : Constraint, Dependent or Rule
+        What the value must be; a :func:`when` rule applies only under its condition.
+    **meta
+        More facts about the key, kept in the field's metadata (read by the config).
+    """
+    return field(default=default, metadata={"rules": rules, **meta})
+
+
+def check_keys(config: Any, section: Any, prefix: str = "") -> None:
+    """Check the :func:`key` rules of ``section``'s fields (``prefix`` + dashed name).
+
+    Raises
+    ------
+    ConfigError
+        For the first value that breaks a rule.
+    """
+    for f in fields(section):
+        name = prefix + f.name.replace("_", "-")
+        for rule in f.metadata.get("rules", ()):
+            if not isinstance(rule, Rule):
+                rule = Rule(name, rule, None)  # type: ignore[arg-type]
+            value = rule.value or (lambda c, n=f.name: getattr(section, n))
+            check(config, [Rule(rule.key or name, rule.constraint, value, rule.when)])
 
 
 def check(config: Any, rules: Iterable[Rule]) -> None:

@@ -312,8 +312,8 @@ def test_the_readme_blocks_run_as_written_your_own_data_and_a_small_default_run(
     """
     results = run_blocks(README, tmp_path, extra=SMALL)
     by_data = {r["config"]["data.name"]: r for r in results}
-    assert set(by_data) == {"mixture", "npz"}
-    own = by_data["npz"]
+    assert set(by_data) == {"mixture", "file"}
+    own = by_data["file"]
     assert own["federation"]["num_clients"] == 20 and len(own["centers"]) == 3
     assert own["metrics"]["num_points"] == 540  # 600 rows less the server's 10%
     for result in results:

