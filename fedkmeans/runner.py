@@ -136,7 +136,7 @@ def _run_claimed(
         spent = math.inf
     result = {
         "algorithm": declared.algorithm,
-        "centers_from": _centers_from(config, ctx),
+        "centers_from": _centers_from(declared, config, ctx),
         "seed": config.seed,
         "k": chosen.k,
         "centers": centers.tolist(),
@@ -315,10 +315,18 @@ def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstim
         registered=int(ctx.pool.client_ids.size))
 
 
-def _centers_from(config: ExperimentConfig, ctx: ServerContext) -> str:
-    """The algorithm whose centers the run returns (the final choice may pick Q's)."""
+def _centers_from(declared: ExperimentConfig, config: ExperimentConfig,
+                  ctx: ServerContext) -> str:
+    """The algorithm whose centers the run returns (the final choice may pick Q's).
+
+    The check picks them after the protocol; the estimate round before it, when it
+    shows too few clients (the resolved algorithm then differs from the declared one).
+    """
     if ctx.check is not None and ctx.check["chosen"] == "server-only":
         return "server-lloyds (k-means on the server's data, chosen by the final private choice)"
+    if config.algorithm != declared.algorithm:
+        return (f"{config.algorithm} (k-means on the server's data: the estimate round shows "
+                "too few clients for the protocol at this epsilon)")
     return config.algorithm
 
 

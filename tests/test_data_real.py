@@ -169,7 +169,10 @@ def test_facade_node_loads_only_its_clients(synthetic_flights):
 def test_synthetic_flights_run_end_to_end_in_process(synthetic_flights, tmp_path):
     from fedkmeans.experiment import run_flat
 
+    # a declared check share: the protocol runs even though this small federation's
+    # noisy count may not clear the estimate round's floor
     config = _flights_config(**{"privacy.level": "client", "privacy.epsilon": 2.0,
+                                "privacy.check-share": 0.1,
                                 "output-dir": str(tmp_path / "run")})
     result = run_flat(config.to_flat())
     assert result["federation"]["num_clients"] == data_access.real_federation(

@@ -107,6 +107,20 @@ def test_the_count_is_the_release_at_client_level_and_public_at_data_point_level
     assert declared.num_clients == 100.0
 
 
+def test_the_estimate_round_decides_too_few_clients_relative_to_its_noise():
+    # the count slot's floor is sigma * z_1 (z_1 = the 0.99 normal quantile): 23.26 at
+    # sigma = 10; the rule reads the noisy count at client level only
+    noisy = np.zeros(WIDTH)
+    for count, few in ((23.0, True), (23.5, False)):
+        noisy[COUNT_SLOT] = count
+        client = PrivateEstimates.read(noisy, 10.0, "client", declared=0, registered=500)
+        assert client.too_few_clients is few
+    point = PrivateEstimates.read(noisy, 10.0, "datapoint", declared=0, registered=5)
+    assert not point.too_few_clients  # the unit is a point there
+    declared = PrivateEstimates.read(noisy, 10.0, "client", declared=5, registered=500)
+    assert declared.too_few_clients  # a declared count is read against the same floor
+
+
 def test_a_run_spends_its_share_on_the_estimate_round_first(small_config):
     result = run_flat({**small_config, **AUTO, "privacy.level": "client",
                        "privacy.epsilon": 3.0, "privacy.reproducible-noise": True})

@@ -218,17 +218,21 @@ def test_infinite_epsilon_with_auto_is_the_non_private_algorithm(small_config):
 
 
 def test_a_hopeless_federation_gets_the_server_only_answer(small_config):
-    # 12 clients at client level and epsilon 0.05: noise drowns every private statistic,
-    # and the final private choice returns k-means on the server's data
+    # 12 clients at client level and epsilon 0.05: the estimate round's noisy count is
+    # below its noise floor, so the run answers with k-means on the server's data and
+    # releases nothing after the estimate round
     result = run_flat({**small_config, **AUTO_ALL, "privacy.level": "client",
                        "privacy.epsilon": 0.05, "privacy.reproducible-noise": True})
     server = run_flat({**small_config, "algorithm": "server-lloyds",
                        "output-dir": small_config["output-dir"] + "-server"})
     assert result["algorithm"] == "feddp-kmeans"
-    assert result["centers_from"].startswith("server-lloyds")
-    assert result["check"]["chosen"] == "server-only"
+    assert "too few clients" in result["centers_from"]
+    assert result["tuning"]["chosen"]["algorithm"] == "server-lloyds"
+    assert "noise floor" in result["tuning"]["why"]["algorithm"]
+    assert [r["stage"] for r in result["privacy"]["releases"]] == ["estimate/estimates"]
     np.testing.assert_array_equal(result["centers"], server["centers"])
-    assert 0 < result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
+    assert 0 < result["privacy"]["epsilon"] < result["privacy"]["target_epsilon"]
+
 
 
 # -- label-skewed federations -----------------------------------------------------------

@@ -159,6 +159,21 @@ class PrivateEstimates:
                 and cleaned_mass >= 0.5 * self.num_clients)
 
     @property
+    def too_few_clients(self) -> bool:
+        """Client level: whether the number of clients is within the count's noise.
+
+        True when ``num_clients`` (the noisy count, or the declared one) is at or below
+        the count slot's noise floor ``sigma * z_1`` (:func:`noise_floor`): a release of
+        a per-client statistic that takes a few percent of the budget cannot tell these
+        clients from none. Every release of the protocol is such a statistic with a
+        share of the same budget, its noise at most ``sqrt(share_estimate / share)``
+        times smaller, so a federation this small leaves each of them dominated by
+        noise. Always False at data-point level, where the unit is a point.
+        """
+        return (self.level == "client"
+                and self.num_clients <= noise_floor(self.sigma, 1))
+
+    @property
     def total_points(self) -> float:
         """Noisy number of points (data-point level: the norms' total), else NaN."""
         if self.level != "datapoint":
@@ -246,4 +261,5 @@ class PrivateEstimates:
             "radius_quantile": RADIUS_QUANTILE,
             "radius": self.quantile("norms", RADIUS_QUANTILE),
             "floor_tail": FLOOR_TAIL,
+            "count_floor": noise_floor(self.sigma, 1),
         }

@@ -64,7 +64,7 @@ from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import integer_seed
 from fedkmeans.stages.check import CHOICE_STDS, check_clip, server_only_centers
-from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates
+from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates, noise_floor
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
 
 __all__ = [
@@ -76,6 +76,8 @@ __all__ = [
 RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
+#: The algorithm a run falls back to when the federation is too small to learn from.
+SERVER_ONLY = "server-lloyds"
 #: Share of the budget the final private choice takes with ``check-share = auto``.
 CHECK_FRACTION = 0.10
 #: Used for ``max-points-per-client = auto`` when the estimate round shows no client size
@@ -194,6 +196,8 @@ def _resolve_auto(
             "the mean squared distance of the server's points to k-means on them (the "
             "server-only answer the check compares with)")
     check_auto = privacy.check_share == AUTO
+    if check_auto and checkable and estimates is not None and estimates.too_few_clients:
+        return _server_only(config, privacy, record, estimates)
     if check_auto:  # the final choice is added after the search (not simulated)
         privacy = replace(privacy, check_share=0.0)
     base = replace(config, privacy=privacy)
@@ -214,6 +218,27 @@ def _resolve_auto(
     elif check_auto:
         record["why"]["check_share"] = "no final choice: it needs FedDP-KMeans with a fixed k"
     return _finish(best, record)
+
+
+def _server_only(config: ExperimentConfig, privacy, record: dict,
+                 estimates: PrivateEstimates) -> tuple[ExperimentConfig, dict]:
+    """The final choice made before the protocol: k-means on the server's data.
+
+    The estimate round shows no more clients than its count's noise floor
+    (:attr:`~fedkmeans.tuning.estimates.PrivateEstimates.too_few_clients`), so every
+    release of the protocol would be dominated by noise and the check could only pick
+    its centers by chance. The run returns ``server-lloyds`` (T = 0) and releases
+    nothing more: it spends the estimate round's share of the budget only.
+    Post-processing of that release.
+    """
+    privacy = replace(privacy, check_share=0.0, lloyds_steps=0,
+                      split=privacy.split if privacy.split != AUTO else SPLITS[0])
+    record["why"]["algorithm"] = (
+        f"server-lloyds, no protocol round: the estimate round's noisy count of clients "
+        f"({estimates.num_clients:.1f}) is at or below its noise floor "
+        f"({noise_floor(estimates.sigma, 1):.1f}), so at this epsilon the protocol's "
+        "releases would be dominated by noise")
+    return _finish(replace(config, algorithm=SERVER_ONLY, privacy=privacy), record)
 
 
 def _with_check(config: ExperimentConfig, *, subspace: bool) -> ExperimentConfig:
