@@ -35,6 +35,7 @@ from pathlib import Path
 from results_table import write_csv
 
 from fedkmeans.experiment import run
+from fedkmeans.plugins import ALGORITHMS
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 
@@ -82,7 +83,7 @@ def main() -> None:
     groups = [g for g in GROUPS if args.level in (None, g[0])]
     if args.auto:
         groups = [(level, AUTO[level], eps, algo, "auto") for level, _, eps, algo, _ in groups
-                  if algo == "feddp-kmeans"]
+                  if ALGORITHMS[algo].tunable_split]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for level, overrides, eps, algo, steps in groups:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from results_table import write_csv
 
+from fedkmeans.algorithms.feddp_kmeans import FEDDP_KMEANS
+
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 EPSILONS = {"datapoint": (0.25, 0.5, 1.0, 2.0, 4.0), "client": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0)}
 #: set name -> the overrides that make it (nothing but the data set).
@@ -116,7 +118,7 @@ def summarise(rows: list[dict]) -> list[str]:
                 cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
                 med = _median(cell)
                 medians.append((eps, med))
-                kept = sum(r["centers_from"] == "feddp-kmeans" for r in cell)
+                kept = sum(r["centers_from"] == FEDDP_KMEANS.name for r in cell)
                 lines.append(
                     f"| {level} | {eps:g} | {med:.4f} | {med / server:.4f} | {kept}/{len(cell)} "
                     f"| {statistics.median(r['tuning_s'] for r in cell):.2f} "

@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 from results_table import write_csv
 
+from fedkmeans.algorithms.feddp_kmeans import FEDDP_KMEANS
+
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 DATASETS = ("digits", "diamonds", "mplsstops", "nycflights")
 #: Data sets the auto rules were developed on; the others were only measured.
@@ -116,9 +118,9 @@ def summarise(rows: list[dict]) -> list[str]:
                                              if r["setting"] == s] or [math.nan])
                        for s in ("auto", "guess")}
                 autos = [r for r in cell if r["setting"] == "auto"]
-                fed = sum(r["chosen_algorithm"] == "feddp-kmeans" for r in autos)
+                fed = sum(r["chosen_algorithm"] == FEDDP_KMEANS.name for r in autos)
                 steps = sorted({str(r["chosen_lloyds_steps"]) for r in autos
-                                if r["chosen_algorithm"] == "feddp-kmeans"})
+                                if r["chosen_algorithm"] == FEDDP_KMEANS.name})
                 checked = [r.get("check", "") for r in autos if r.get("check")]
                 checks = (f"; checked {len(checked)}, server kept "
                           f"{checked.count('server-only')}" if checked else "")

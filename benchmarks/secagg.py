@@ -31,6 +31,7 @@ from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
+from fedkmeans.plugins import ENGINES
 from fedkmeans.privacy.distributed import node_contribution
 from fedkmeans.runner import run_server
 from fedkmeans.seeding import generator
@@ -115,14 +116,15 @@ def measured_error(flat: dict, result: dict, recorder: _Recorder) -> float:
 def one(federation: str, mode: str, engine: str, nodes: int, tmp: str) -> dict:
     base = {**FEDERATIONS[federation], **MODES[mode], "federation.num-nodes": nodes}
     ratios, first = [], None
-    for seed in SEEDS if engine == "inprocess" else SEEDS[:1]:
+    here = not ENGINES[engine].separate_processes  # in this process: observers can record
+    for seed in SEEDS if here else SEEDS[:1]:
         flat = {**base, "seed": seed, "output-dir": f"{tmp}/run-{next(_RUNS)}"}
         start = time.perf_counter()
         recorder = _Recorder()
-        if engine == "inprocess":
+        if here:
             result = _inprocess(flat, nodes, recorder)
         else:
-            result = run_flat({**flat, "federation.engine": "flower"})
+            result = run_flat({**flat, "federation.engine": engine})
         wall = time.perf_counter() - start
         ratios.append(result["metrics"]["cost_ratio"])
         if first is None:
@@ -146,7 +148,7 @@ def one(federation: str, mode: str, engine: str, nodes: int, tmp: str) -> dict:
         "bound_error_over_sigma": "" if bound is None else f"{bound:.1e}",
         "measured_error_over_sigma": "",
     }
-    if rounds and engine == "inprocess":
+    if rounds and here:
         row["measured_error_over_sigma"] = f"{measured_error(flat, result, recorder):.1e}"
     print(row, flush=True)
     return row

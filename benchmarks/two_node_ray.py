@@ -65,6 +65,7 @@ from results_table import markdown_table, write_csv
 
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_server
+from fedkmeans.engines import FLOWER
 from fedkmeans.engines.flower import free_port, process_alive, processes_with_env, stop_all
 from fedkmeans.experiment import flatten, run
 
@@ -425,7 +426,7 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
         return max(mine, key=lambda r: int(r["clients"])) if mine else None
 
     big, big_flower = largest("inprocess"), largest("flower")
-    tiny = next((r for r in rows if r["engine"] == "flower" and int(r["clients"]) ==
+    tiny = next((r for r in rows if r["engine"] == FLOWER.name and int(r["clients"]) ==
                  int(r["nodes"]) == 100), None)  # one client per message
     lines = ["## What 10^7 clients would need on a real cluster", ""]
     lines += [
