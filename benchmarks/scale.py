@@ -5,9 +5,12 @@
     python benchmarks/scale.py --sizes 1000000 --engines inprocess:100 flower:100 \
         --points-per-client 10 --dim 20 --no-lower-bound
 
-Mixture, client level, eps = 3, T = 0 (default 50 points per client, d = 100). For
-every (clients, engine:nodes) it records the wall time of the whole run, the time per
-protocol round (register, FedDP-Init 1-3, evaluation), the peak resident memory of the
+Mixture, client level, eps = 3, every other setting at its default (default 50
+points per client, d = 100). For every (clients, engine:nodes) it records the wall
+time of the whole run, the time per protocol round (register; the estimate round,
+inside *tuning*, the plan; FedDP-Init 1-3; the Lloyds steps; the final check;
+evaluation), the time after start-up (all of them but registration), the peak
+resident memory of the
 whole process tree and of each kind of process in it (this driver; for `flower` the
 SuperLink, the SuperExec, the `flwr-simulation` process that hosts the ServerApp and
 the Ray driver, the Ray workers and daemons, the `flwr` CLI), and the time of the same
@@ -304,8 +307,13 @@ def main() -> None:
                 wall = time.perf_counter() - start
                 t = result["timings"]
                 rounds = {k: round(t.get(k, 0.0), 2) for k in
-                          ("register", "init-1", "init-2", "init-3", "evaluate")}
-                after = round(sum(rounds.values()) - rounds["register"], 2)
+                          ("register", "estimate", "tuning", "init-1", "init-2", "init-3")}
+                rounds["lloyds"] = round(sum(v for k, v in t.items()
+                                             if k.startswith("lloyds")), 2)
+                rounds.update({k: round(t.get(k, 0.0), 2) for k in ("check", "evaluate")})
+                # everything after registration (the plan with its estimate round, every
+                # protocol round, the evaluation), not the optimal cost (skipped here)
+                after = round(t["total"] - t["register"] - t.get("optimal_cost", 0.0), 2)
                 rows.append({
                     "clients": n, "engine": engine, "nodes": nodes,
                     "points_per_client": points, "dim": dim,
@@ -331,9 +339,13 @@ def main() -> None:
     lines = markdown_table(rows)
     out.with_suffix(".md").write_text(
         "Measured by `python benchmarks/scale.py` on 2 cores (mixture, client level, "
-        "eps = 3, T = 0; points per client and d as listed). The register round of "
-        "`flower` includes Ray start-up; *after_startup_s* = FedDP-Init + evaluation "
-        "rounds; *peak_rss_gib* is the peak of the summed RSS of every process of the run "
+        "eps = 3; points per client and d as listed; rows since issue #28 with every other "
+        "setting at its default, so with the estimate round, the tuned Lloyds steps and "
+        "the final check). The register round of `flower` includes Ray start-up; "
+        "*after_startup_s* = everything after registration (*tuning_s*, which includes "
+        "the estimate round, and every round through evaluation; rows with an empty "
+        "*tuning_s* were measured before, with FedDP-Init + evaluation only); "
+        "*peak_rss_gib* is the peak of the summed RSS of every process of the run "
         "(sampled every 0.2 s), the *peak_<kind>_gib* columns the peak of each kind; "
         "*spilled_files_gib*: the peak size of the nodes' points spilled to files "
         "(`federation.node-cache-mb`; read back through the page cache, which the kernel "

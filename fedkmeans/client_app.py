@@ -26,11 +26,12 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
+from threadpoolctl import ThreadpoolController
 
 from fedkmeans import data as data_access
 from fedkmeans import wire
 from fedkmeans.config import CLIENT_SETTINGS, parse_config
-from fedkmeans.node import NodeData, shard_ready
+from fedkmeans.node import NodeData, clip_radius, shard_ready
 from fedkmeans.stages import Stage, stage, subscribe
 from fedkmeans.wire import pack, unpack
 
@@ -47,8 +48,10 @@ _RUN_KEY: list[tuple] = []
 SHARD_DIR_ENV = "FEDKMEANS_NODE_SHARDS"
 #: This process's own directory for spilled nodes, when no shared one is set.
 _OWN_DIR: list[Path] = []
-#: Fraction of the machine's memory one process keeps of its nodes' points by default.
-AUTO_CACHE_FRACTION = 1 / 64
+#: Fraction of the machine's memory one process keeps of its nodes' points by default:
+#: a Flower simulation's actors each serve every node (so each would otherwise hold
+#: them all); the in-process engine holds each node once, in one process.
+AUTO_CACHE_FRACTION = {"flower": 1 / 64, "inprocess": 1 / 4}
 
 
 def machine_memory() -> int:
@@ -59,31 +62,35 @@ def machine_memory() -> int:
         return 8 * 2**30
 
 
-def cache_budget(node_cache_mb: float) -> int:
+def cache_budget(node_cache_mb: float, engine: str = "flower") -> int:
     """Bytes of nodes' points one process keeps in memory.
 
     ``federation.node-cache-mb`` > 0 is that many MiB; 0 (the default) is
-    :data:`AUTO_CACHE_FRACTION` of the machine's memory (384 MiB on 24 GiB), at least
-    64 MiB.
+    :data:`AUTO_CACHE_FRACTION` of the machine's memory for the engine (on 24 GiB:
+    384 MiB per Flower actor, 6 GiB in-process), at least 64 MiB.
     """
     if node_cache_mb > 0:
         return int(node_cache_mb * 2**20)
-    return max(64 * 2**20, int(machine_memory() * AUTO_CACHE_FRACTION))
+    fraction = AUTO_CACHE_FRACTION.get(engine, AUTO_CACHE_FRACTION["flower"])
+    return max(64 * 2**20, int(machine_memory() * fraction))
 
 
-def _shard_dir() -> tuple[Path, bool]:
-    """Where this process spills nodes, and whether other processes of the run share it."""
+def _shared_dir() -> Path | None:
+    """The directory every process of this run spills nodes to, if one is set."""
     shared = os.environ.get(SHARD_DIR_ENV, "")
-    if shared:
-        return Path(shared), True
+    return Path(shared) if shared else None
+
+
+def _own_dir() -> Path:
+    """This process's own directory for spilled nodes (made when first needed)."""
     if not _OWN_DIR:
         _OWN_DIR.append(Path(tempfile.mkdtemp(prefix="fedkmeans-nodes-")))
         atexit.register(shutil.rmtree, _OWN_DIR[0], True)
-    return _OWN_DIR[0], False
+    return _OWN_DIR[0]
 
 
-def _shard_name(run_key: tuple, key: tuple) -> str:
-    digest = hashlib.sha256(repr((run_key, key)).encode()).hexdigest()[:24]
+def _shard_name(data_key: tuple, key: tuple, radius: float | None) -> str:
+    digest = hashlib.sha256(repr((data_key, key, radius)).encode()).hexdigest()[:24]
     return f"node-{key[0]}-of-{key[1]}-{digest}"
 
 
@@ -91,16 +98,18 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
     """This node's data, loaded on first use and kept while the cache allows.
 
     ``settings``: the request's resolved ``privacy.*`` settings (the server chose the
-    ``auto`` ones from public information); they replace the run config's values, and
-    the node loads its clients again, clipped with them, when they change.
+    ``auto`` ones from public information); they replace the run config's values. A
+    node asked with other settings keeps its points (:meth:`NodeData.retarget`: they
+    are clipped when the data radius is first resolved) and is loaded again only when
+    its points were clipped to another radius.
 
     Flower's simulation sends any virtual node's message to any actor, so without a
     bound every actor would end up holding every node it has served. The process
     keeps at most :func:`cache_budget` bytes of nodes' points in memory (always the
     current node); beyond it the least recently used nodes are *spilled*: their points
     go to a file once and each request maps it (:meth:`NodeData.resident`), from the
-    page cache. Under the flower engine the actors share one directory, every node is
-    written there when first built, and an actor asked for a node another one built
+    page cache. Under the flower engine the actors share one directory and every node
+    is written there when first built, so an actor asked for a node another one built
     maps its file instead of building it again. Use the node inside
     ``with node.resident():``.
     """
@@ -109,44 +118,58 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
     num_partitions = int(node_config.get("num-partitions", 1))
     data_path = str(node_config.get("data-path", ""))
     run_config = dict(context.run_config)
+    data_key = tuple(sorted((k, v) for k, v in run_config.items() if k not in CLIENT_SETTINGS))
     run_config.update({key: value for key, value in (settings or {}).items()
                        if key in CLIENT_SETTINGS})
-    run_key = tuple(sorted(run_config.items()))
-    if _RUN_KEY != [run_key]:  # a new run: forget the previous run's data
+    if _RUN_KEY != [data_key]:  # a new run: forget the previous run's data
         _forget_loaded()
         forget_clipping_warning()
-        _RUN_KEY[:] = [run_key]
+        _RUN_KEY[:] = [data_key]
     key = (partition_id, num_partitions, data_path)
-    if key in _NODES:
-        _NODES.move_to_end(key)
-        return _NODES[key]
     config = parse_config(run_config)
-    directory, shared = _shard_dir()
-    name = _shard_name(run_key, key)
-    if shared and shard_ready(directory / name):  # another actor built it: map its file
-        node = NodeData.open_spilled(config, directory / name, data_path)
-        _NODES[key] = node
-        return node
     # a radius the server resolved (`auto`) is summarised once by the server, privately
-    declared_radius = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
-    node = NodeData.load(config, partition_id, num_partitions, data_path,
-                         warn=declared_radius)
-    budget = cache_budget(config.federation.node_cache_mb)
-    if shared and node.nbytes > budget // 8:  # worth sharing: the other actors map it
-        node.spill(directory, name)
-    _NODES[key] = node
+    warn = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
+    shared = _shared_dir()
+    radius = clip_radius(config)
+    node = _NODES.get(key)
+    if node is not None:
+        _NODES.move_to_end(key)
+        node = node.retarget(config, partition_id, warn=warn)
+    if node is None and shared:
+        # one file per node, its points as built, written by the first actor that
+        # builds it; every actor maps it and clips to the request's radius
+        shard = shared / _shard_name(data_key, key, None)
+        if shard_ready(shard):
+            node = NodeData.open_spilled(config, shard, data_path)
+        else:
+            node = NodeData.load(config, partition_id, num_partitions, data_path,
+                                 warn=warn, clip=False)
+            node.spill(shared, shard.name)
+        node.aim(radius)
+    if node is None:
+        node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn)
+    if _NODES.get(key) is not node:
+        _NODES[key] = node
+        _NODES.move_to_end(key)
+        _bound(data_key, key, cache_budget(config.federation.node_cache_mb,
+                                           config.federation.engine), shared)
+    return node
+
+
+def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
+    """Spill the least recently used nodes until those in memory fit in ``budget``."""
     held = sum(n.nbytes for n in _NODES.values())
     for other_key in list(_NODES):
         if held <= budget:
             break
         other = _NODES[other_key]
-        if other_key == key or not other.nbytes:
+        if other_key == current or not other.nbytes:
             continue
         freed = other.nbytes
-        if other.spill(directory, _shard_name(run_key, other_key)) is None:
+        name = _shard_name(data_key, other_key, other.radius)
+        if other.spill(shared or _own_dir(), name) is None:
             del _NODES[other_key]  # cannot be spilled (ragged clients): loaded again
         held -= freed
-    return node
 
 
 def _forget_loaded() -> None:
@@ -168,6 +191,21 @@ def forget_nodes() -> None:
     """Drop the loaded nodes of this process (the in-process engine, after its run)."""
     _forget_loaded()
     _RUN_KEY.clear()
+
+
+def one_blas_thread():
+    """BLAS on one thread while a node computes.
+
+    Its products are per client and small (a 50 x 100 ``dsyrk``): a second BLAS thread
+    only spins, and on a busy machine makes them many times slower (a Ray actor runs on
+    one CPU anyway).
+    """
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())  # finds the libraries once per process
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
+_BLAS: list = []
 
 
 def _reply(msg: Message, clients, stats: dict) -> Message:
@@ -205,7 +243,7 @@ def serve(stage: Stage) -> None:
         arrays, settings = unpack(msg.content)
         clients = arrays["client_ids"]
         compute = stage.wire or stage.client
-        with node_data(context, settings).resident() as node:
+        with node_data(context, settings).resident() as node, one_blas_thread():
             stats = compute(node, clients.tolist(), {**settings, **arrays})
         return _reply(msg, clients, stats)
 
@@ -220,7 +258,7 @@ subscribe(serve)
 def evaluate(msg: Message, context: Context) -> Message:
     """Non-private evaluation of the final centers over every hosted client."""
     arrays, settings = unpack(msg.content)
-    with node_data(context, settings).resident() as node:
+    with node_data(context, settings).resident() as node, one_blas_thread():
         out = node.evaluate(arrays["centers"])
     return Message(pack(out), reply_to=msg)
 

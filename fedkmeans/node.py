@@ -73,6 +73,8 @@ class NodeData:
     #: Each client's points' norms before the clip to the data radius (the estimate
     #: round's norm histogram); absent: the points' own norms.
     raw_norms: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    #: The radius the points are clipped to (None: as loaded).
+    radius: float | None = None
 
     def __post_init__(self) -> None:
         """Keep the hosted points in one array, client after client (``client_ids``).
@@ -81,7 +83,11 @@ class NodeData:
         batches the server asks for -- are one slice, never copied per round.
         """
         self._spilled: Path | None = None
+        #: The radius the spilled file's points are clipped to (None: as built).
+        self._file_radius: float | None = None
         self._resident = 0
+        #: The points are this node's own array (it may clip them in place).
+        self._owned = False
         order = [c for c in self.client_ids.tolist() if c in self.points]
         arrays = [self.points[c] for c in order]
         self._stacked = None
@@ -96,6 +102,7 @@ class NodeData:
             stacked = first.base  # already one array, client after client (load)
         else:
             stacked = np.concatenate(arrays)
+            self._owned = True
         labels = [self.labels.get(c) for c in order]
         labels_stacked = None
         if all(y is not None and y.ndim == 1 for y in labels) and sum(
@@ -141,6 +148,7 @@ class NodeData:
         path = Path(directory) / name
         if not (path / _DONE).exists():
             write_shard(path, self)
+        self._file_radius = self.radius
         self._free(path)
         return path
 
@@ -162,14 +170,17 @@ class NodeData:
             norm_offsets = meta["norm_offsets"]
             norms = meta["norms"]
             has_labels = bool(meta["has_labels"])
+            radius = float(meta["radius"])
         raw = {int(c): norms[norm_offsets[i]:norm_offsets[i + 1]]
                for i, c in enumerate(clipped.tolist())}
         node = cls(config, ids, {}, {c: None for c in ids.tolist()} if not has_labels else {},
-                   data_path, frozenset(clipped.tolist()), raw)
+                   data_path, frozenset(clipped.tolist()), raw,
+                   None if np.isnan(radius) else radius)
         node._offsets = np.load(path / _OFFSETS)
         node._order = ids.tolist()
         node._position = {c: i for i, c in enumerate(node._order)}
         node._spilled = path
+        node._file_radius = node.radius
         return node
 
     @contextmanager
@@ -183,11 +194,15 @@ class NodeData:
             yield self
             return
         if self._resident == 0:
-            points = np.asarray(np.load(self._spilled / _POINTS, mmap_mode="r"))
+            clip = self.radius is not None and self._file_radius is None
+            # copy-on-write when clipping: only the pages of clipped rows become private
+            points = np.asarray(np.load(self._spilled / _POINTS, mmap_mode="c" if clip else "r"))
             labels = None
             if (self._spilled / _LABELS).exists():
                 labels = np.asarray(np.load(self._spilled / _LABELS, mmap_mode="r"))
             self._adopt(self._order, self._offsets, points, labels)
+            if clip:  # the file holds the points as built: clip them as load would
+                self.clipped_clients, self.raw_norms, _, _ = self._clip_points(self.radius)
         self._resident += 1
         try:
             yield self
@@ -199,32 +214,44 @@ class NodeData:
     @classmethod
     def load(
         cls, config: ExperimentConfig, partition_id: int, num_partitions: int,
-        data_path: str = "", *, warn: bool = True,
+        data_path: str = "", *, warn: bool = True, clip: bool = True,
     ) -> NodeData:
         """Load only this node's clients (never another node's data).
 
-        ``warn``: log points clipped to the data radius as a warning (the first node of
-        the process; the others, and every node when ``warn`` is False, at DEBUG).
+        The points are clipped to the data radius (:func:`clip_radius`), as
+        :meth:`clip_to` does (``clip=False``: left as built). ``warn``: log points
+        clipped to the data radius as a warning (the first node of the process; the
+        others, and every node when ``warn`` is False, at DEBUG).
         """
         ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
-        points, labels, raw_norms = {}, {}, {}
-        radius = config.privacy.data_radius
-        clipped = total = 0
-        clipped_clients = set()
-        for cid, x, y, owned in _clients(config, ids, data_path):
-            total += x.shape[0]
-            if config.is_private and radius != AUTO:  # auto: registration only
-                norms = np.linalg.norm(x, axis=1)
-                outside = int((norms > radius).sum())
-                if outside:
-                    if owned:  # the client's own rows of the node's block
-                        x[...] = clip_rows_l2(x, radius)
-                    else:  # the loader's array (perhaps cached): a clipped copy
-                        x = clip_rows_l2(x, radius)
-                    clipped += outside
-                    clipped_clients.add(cid)
-                    raw_norms[cid] = norms
+        points, labels, owned = {}, {}, True
+        for cid, x, y, own in _clients(config, ids, data_path):
             points[cid], labels[cid] = x, y
+            owned = owned and own
+        node = cls(config, ids, points, labels, data_path)
+        node._owned = node._owned or owned
+        if clip:
+            node.clip_to(clip_radius(config), partition_id, warn=warn)
+        return node
+
+    def clip_to(self, radius: float | None, partition_id: int = 0, *,
+                warn: bool = True) -> None:
+        """Clip the (unclipped) points to ``radius`` (None: leave them as they are).
+
+        Points of the node's own block are clipped in place (the same bits as a clipped
+        copy); a loader's arrays, which may be shared, are replaced by clipped copies.
+        Records the clipped clients and their points' norms before the clip.
+        """
+        if radius is None:
+            return
+        if self.radius is not None or self._spilled is not None:
+            raise ValueError("clip_to needs the node's unclipped points in memory")
+        if self._stacked is not None and not self._owned:
+            self._adopt(self._order, self._offsets, self._stacked.copy(),
+                        self._labels_stacked)
+            self._owned = True
+        self.clipped_clients, self.raw_norms, clipped, total = self._clip_points(radius)
+        self.radius = float(radius)
         if clipped:
             # the node's own log (the operator's); this count never goes to the server.
             # One warning per process: a simulation's nodes share a few processes, and
@@ -238,8 +265,85 @@ class NodeData:
                 if clipped == total else "",
                 "" if log is LOG.debug else " (other nodes of this process log at DEBUG)",
             )
-        return cls(config, ids, points, labels, data_path, frozenset(clipped_clients),
-                   raw_norms)
+
+    def _clip_points(self, radius: float) -> tuple[frozenset, dict, int, int]:
+        """Clip every client's points to ``radius`` in place (a ragged node: copies).
+
+        Returns the clipped clients, their points' norms before the clip, and the
+        numbers of clipped and of all points. Each client's rows go through
+        :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so the bits do not depend on
+        where the points live.
+        """
+        clipped = total = 0
+        clipped_clients, raw_norms = set(), {}
+        if self._stacked is not None:  # the norms of all points at once
+            all_norms = np.linalg.norm(self._stacked, axis=1)
+        for cid in self.client_ids.tolist():
+            x = self.points.get(cid)
+            if x is None:
+                continue
+            total += x.shape[0]
+            if self._stacked is not None:
+                i = self._position[cid]
+                norms = all_norms[self._offsets[i]:self._offsets[i + 1]]
+            else:
+                norms = np.linalg.norm(x, axis=1)
+            outside = int((norms > radius).sum())
+            if outside:
+                if self._stacked is not None:  # the client's own rows of the node's block
+                    x[...] = clip_rows_l2(x, radius)
+                else:
+                    self.points[cid] = clip_rows_l2(x, radius)
+                clipped += outside
+                clipped_clients.add(cid)
+                raw_norms[cid] = norms.copy()
+        return frozenset(clipped_clients), raw_norms, clipped, total
+
+    def aim(self, radius: float | None) -> bool:
+        """A spilled node of unclipped points: clip them to ``radius`` when mapped.
+
+        Returns False when the file's points were clipped to another radius (the node
+        must be loaded again).
+        """
+        if self._spilled is None or self._file_radius not in (None, radius):
+            return False
+        if radius != self.radius:
+            self.radius = radius
+            self.clipped_clients, self.raw_norms = frozenset(), {}
+        return True
+
+    def retarget(self, config: ExperimentConfig, partition_id: int = 0, *,
+                 warn: bool = True) -> NodeData | None:
+        """This node's data under ``config`` (the same data, other client settings).
+
+        The server resolves the ``auto`` settings after the estimate round, so a node
+        is first asked with its points unclipped and then with a data radius: the
+        points are clipped then (in place, or from a spilled node's file into memory),
+        not generated again. Returns None when the node must be loaded again (its
+        points were clipped to another radius).
+        """
+        radius = clip_radius(config)
+        if radius == self.radius:
+            self.config = config
+            return self
+        if self._spilled is not None and self.aim(radius):  # clipped when mapped
+            self.config = config
+            return self
+        if self.radius is not None:
+            return None
+        node = self
+        if self._spilled is not None:  # read the unclipped file into this process
+            with self.resident():
+                stacked = np.array(self._stacked)
+                labels = None if self._labels_stacked is None else np.array(
+                    self._labels_stacked)
+                order, offsets = self._order, self._offsets
+            node = NodeData(config, self.client_ids, {}, dict(self.labels), self.data_path)
+            node._adopt(order, offsets, stacked, labels)
+            node._owned = True
+        node.config = config
+        node.clip_to(radius, partition_id, warn=warn)
+        return node
 
     @property
     def nbytes(self) -> int:
@@ -540,6 +644,16 @@ class NodeData:
 
 
 
+def clip_radius(config: ExperimentConfig) -> float | None:
+    """The radius a node clips its points to under ``config``; None: not clipped.
+
+    Not clipped: no privacy, or a radius the server has yet to resolve (``auto``, before
+    the estimate round's release).
+    """
+    radius = config.privacy.data_radius
+    return float(radius) if config.is_private and radius != AUTO else None
+
+
 #: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
 _POINTS, _LABELS, _OFFSETS, _META, _DONE = (
     "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
@@ -565,7 +679,8 @@ def write_shard(path: Path, node: NodeData) -> None:
              norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
                  np.int64),
              norms=np.concatenate([np.zeros(0), *norms]),
-             has_labels=np.array(node._labels_stacked is not None))
+             has_labels=np.array(node._labels_stacked is not None),
+             radius=np.array(np.nan if node.radius is None else node.radius))
     (tmp / _DONE).touch()
     try:
         tmp.rename(path)

@@ -87,3 +87,32 @@ def test_registration_refuses_a_client_two_nodes_announce_with_flower_sized_node
     _refuse_duplicates({big: np.arange(0, 10, 2), 7: np.arange(1, 10, 2)})
     with pytest.raises(FederationError, match=f"client id 4 .*{big}.* and 3"):
         _refuse_duplicates({big: np.arange(0, 10, 2), 3: np.array([4])})
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_a_node_first_asked_unclipped_then_clipped_equals_one_loaded_clipped(spill, tmp_path):
+    """The estimate round asks with radius auto; the next rounds with the resolved one."""
+    unclipped = parse_config({**CONFIG, "privacy.data-radius": "auto"})
+    node = NodeData.load(unclipped, 1, 3)
+    assert node.radius is None and not node.clipped_clients
+    if spill:
+        node.spill(tmp_path, "raw")
+    clipped = node.retarget(parse_config(CONFIG), 1)
+    fresh = NodeData.load(parse_config(CONFIG), 1, 3)
+    assert clipped.radius == fresh.radius == 3.5
+    with clipped.resident():  # a spilled file of unclipped points is clipped when mapped
+        assert clipped.clipped_clients == fresh.clipped_clients
+        for c in fresh.client_ids.tolist():
+            np.testing.assert_array_equal(clipped.raw_norms.get(c, 0),
+                                          fresh.raw_norms.get(c, 0))
+            np.testing.assert_array_equal(clipped.points[c], fresh.points[c])
+    a, b = _answers(clipped), _answers(fresh)
+    for key, value in b.items():
+        np.testing.assert_array_equal(a[key], value)
+    if spill:  # the file still holds the points as built
+        raw = NodeData.load(unclipped, 1, 3)
+        np.testing.assert_array_equal(np.load(tmp_path / "raw" / "points.npy"),
+                                      np.concatenate([raw.points[c] for c in
+                                                      raw.client_ids.tolist()]))
+    else:
+        assert clipped.retarget(parse_config({**CONFIG, "privacy.data-radius": 5.0})) is None
