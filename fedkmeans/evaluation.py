@@ -18,16 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from fedkmeans import data as data_access
 from fedkmeans import metrics
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.catalog import dataset
-from fedkmeans.data.mixture import mixture_block
 from fedkmeans.server.pool import ClientPool
 
 LOG = logging.getLogger(__name__)
-#: Rows generated per call when the optimal cost pools the mixture's clients.
-POOL_BLOCK_ROWS = 1 << 16
 
 NOTE = (
     "non-private evaluation: computed on the clients' training data, not covered by "
@@ -74,30 +70,6 @@ def _cache_key(config: ExperimentConfig) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _pooled_points(config: ExperimentConfig) -> tuple[np.ndarray | None, bool]:
-    """The pooled training points and whether they were built here (the caller owns them).
-
-    The mixture's clients are generated straight into one (n, d) array, a block of
-    clients at a time (:func:`~fedkmeans.data.mixture.mixture_block`): the pooled data
-    exist once, with no per-client arrays or labels beside them. Other data sets
-    return the loader's array (shared, not to be modified).
-    """
-    data = config.data
-    if data.name == "mixture":
-        n, clients = data.points_per_client, data.num_clients
-        x = np.empty((clients * n, data.dim))
-        step = max(1, POOL_BLOCK_ROWS // n)
-        for start in range(0, clients, step):
-            ids = range(start, min(clients, start + step))
-            mixture_block(config.seed, ids, k=data.components, dim=data.dim, n_points=n,
-                          variance=data.variance, partition=data.partition,
-                          dirichlet_alpha=data.dirichlet_alpha,
-                          out=x[start * n:(start + len(ids)) * n])
-        return x, True
-    pooled = data_access.load_pooled(config)
-    return (None, False) if pooled is None else (pooled[0], False)
-
-
 def optimal_cost(config: ExperimentConfig) -> float | None:
     """Cost per point of centralized non-private k-means (>= 10 restarts) on pooled data.
 
@@ -110,7 +82,7 @@ def optimal_cost(config: ExperimentConfig) -> float | None:
     path = _cache_dir() / "optimal-cost" / f"{_cache_key(config)}.json"
     if path.exists():
         return float(json.loads(path.read_text())["optimal_cost"])
-    x, owned = _pooled_points(config)
+    x, owned = dataset(config.data.name).pooled_points(config)
     if x is None:
         return None
     # an array built here is centered in place by scikit-learn (no copy of the data)

@@ -2,8 +2,10 @@
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tomli
 from hydra import compose, initialize_config_module
@@ -221,3 +223,27 @@ def test_algorithm_k_is_an_alias_of_k():
     overrides = resolve_aliases(["algorithm.k=auto", "algorithm=feddp-kmeans", "seed=1"])
     assert overrides == ["k=auto", "algorithm=feddp-kmeans", "seed=1"]
     assert parse_config(_flat_hydra(overrides)).k_auto
+
+
+def test_every_data_set_s_package_is_in_the_extra_it_names():
+    """A data set's ``extra`` is an optional-dependency group that installs its package."""
+    extras = tomli.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for name in catalog.names():
+        spec = catalog.dataset(name)
+        if spec.extra:
+            packages = {re.split(r"[<>=!~\[ ]", req, maxsplit=1)[0] for req in extras[spec.extra]}
+            assert spec.package in packages, (name, spec.extra)
+
+
+def test_a_generated_data_set_s_block_is_its_clients_one_by_one():
+    config = parse_config({"data.num-clients": 5, "data.points-per-client": 7, "data.dim": 3,
+                           "data.components": 2, "k": 2})
+    spec = catalog.dataset("mixture")
+    x, y = spec.block(config, np.array([1, 3, 4]))
+    parts = [spec.client(config, c) for c in (1, 3, 4)]
+    np.testing.assert_array_equal(x, np.concatenate([p[0] for p in parts]))
+    np.testing.assert_array_equal(y, np.concatenate([p[1] for p in parts]))
+    pooled, owned = spec.pooled_points(config)
+    assert owned and np.array_equal(pooled, spec.pooled(config)[0])
+    assert spec.declared_dim(config) == 3 and catalog.dataset("file").block(config, [0]) is None

@@ -164,6 +164,28 @@ class Dataset:
         """The number of clients the config declares (None: known once loaded)."""
         return None
 
+    def declared_dim(self, config: ExperimentConfig) -> int | None:
+        """The points' dimension d the config declares (None: known once loaded)."""
+        return None
+
+    def block(self, config: ExperimentConfig, ids: np.ndarray) -> Points | None:
+        """Clients ``ids``' points and labels, stacked client after client in new arrays.
+
+        None (the default): the data set loads one client at a time (:meth:`client`).
+        A generated data set may build the block at once (bit-identical to
+        :meth:`client` per id), and the caller owns it.
+        """
+        return None
+
+    def pooled_points(self, config: ExperimentConfig) -> tuple[np.ndarray | None, bool]:
+        """Every client's points (non-private evaluation) and whether the caller owns them.
+
+        The default is :meth:`pooled`'s points, shared with the loader (not to be
+        modified); None when the server cannot see them.
+        """
+        pooled = self.pooled(config)
+        return (None, False) if pooled is None else (pooled[0], False)
+
     def fresh_points(self, config: ExperimentConfig, n: int) -> np.ndarray | None:
         """``n`` points of the training distribution that no client holds (None: none)."""
         return None

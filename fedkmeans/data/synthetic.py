@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedkmeans.data.catalog import Dataset, Points, register
-from fedkmeans.data.mixture import mixture_client, mixture_server
+from fedkmeans.data.mixture import mixture_block, mixture_client, mixture_server
 
 if TYPE_CHECKING:
     from fedkmeans.config import DataConfig, ExperimentConfig
 
 __all__ = ["MIXTURE", "Mixture"]
+
+#: Rows of the pooled mixture generated at a time (a block of clients).
+POOL_BLOCK_ROWS = 1 << 16
 
 
 def _kwargs(data: DataConfig) -> dict[str, Any]:
@@ -58,6 +61,29 @@ class Mixture(Dataset):
     def declared_clients(self, config: ExperimentConfig) -> int:
         """``data.num-clients``."""
         return config.data.num_clients
+
+    def declared_dim(self, config: ExperimentConfig) -> int:
+        """``data.dim``."""
+        return config.data.dim
+
+    def block(self, config: ExperimentConfig, ids: np.ndarray) -> Points:
+        """The clients generated straight into one array (:func:`mixture_block`)."""
+        return mixture_block(config.seed, np.asarray(ids).tolist(), **_kwargs(config.data))
+
+    def pooled_points(self, config: ExperimentConfig) -> tuple[np.ndarray, bool]:
+        """Every client generated into one (n, d) array, a block of clients at a time.
+
+        The pooled data exist once, with no per-client arrays or labels beside them.
+        """
+        data = config.data
+        n, clients = data.points_per_client, data.num_clients
+        x = np.empty((clients * n, data.dim))
+        step = max(1, POOL_BLOCK_ROWS // n)
+        for start in range(0, clients, step):
+            ids = range(start, min(clients, start + step))
+            mixture_block(config.seed, ids, **_kwargs(data),
+                          out=x[start * n:(start + len(ids)) * n])
+        return x, True
 
     def fresh_points(self, config: ExperimentConfig, n: int) -> np.ndarray:
         """Points of clients past the last one (generated, held by no client)."""
