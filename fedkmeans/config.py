@@ -309,11 +309,11 @@ class FederationConfig:
     #: server pushes messages while their replies fit (at least one).
     inflight_mb: float = key(256.0, positive("a finite float > 0 (MiB)"))
     #: Most MiB of nodes' points one ClientApp process keeps in memory (0: 1/64 of the
-    #: machine's memory); beyond it the least recently used nodes are spilled to files,
-    #: mapped per request (a simulation actor serves many virtual nodes).
+    #: machine's memory per Flower actor, 1/4 in-process); beyond it the least recently
+    #: used nodes are spilled to files, mapped per request.
     node_cache_mb: float = key(0.0, Constraint(
         lambda v: math.isfinite(v) and v >= 0,
-        "a finite float >= 0 (MiB; 0 = 1/64 of the machine's memory)"))
+        "a finite float >= 0 (MiB; 0 = a share of the machine's memory)"))
 
 
 @dataclass(frozen=True)
