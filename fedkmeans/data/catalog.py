@@ -240,8 +240,6 @@ _REGISTRY: dict[str, Dataset] = {}
 _ALIASES: dict[str, str] = {}
 _SUBSCRIBERS: list[Callable[[Dataset], None]] = []
 _LOADED = False
-#: Modules imported first, so that their data sets come first in every list.
-_FIRST = ("synthetic",)
 
 
 def register(spec: Dataset) -> Dataset:
@@ -280,8 +278,7 @@ def _specs() -> dict[str, Dataset]:
         _LOADED = True  # before the imports: their registrations read the registry
         import fedkmeans.data as package
 
-        modules = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
-        for module in sorted(modules, key=lambda m: m not in _FIRST):  # the default first
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
             importlib.import_module(f"{package.__name__}.{module}")
         for entry in metadata.entry_points(group="fedkmeans.datasets"):
             entry.load()
@@ -294,8 +291,8 @@ def names() -> tuple[str, ...]:
 
 
 def accepted() -> tuple[str, ...]:
-    """Every value ``data.name`` accepts: the names, then the aliases."""
-    return (*_specs(), *_ALIASES)
+    """Every value ``data.name`` accepts, sorted: the names, then the aliases."""
+    return (*sorted(_specs()), *sorted(_ALIASES))
 
 
 def canonical(name: str) -> str:
