@@ -85,6 +85,8 @@ class NodeData:
         self._spilled: Path | None = None
         #: The radius the spilled file's points are clipped to (None: as built).
         self._file_radius: float | None = None
+        #: The radius ``clipped_clients`` were found for when the file was mapped.
+        self._clip_known: float | None = None
         self._resident = 0
         #: The points are this node's own array (it may clip them in place).
         self._owned = False
@@ -201,8 +203,13 @@ class NodeData:
             if (self._spilled / _LABELS).exists():
                 labels = np.asarray(np.load(self._spilled / _LABELS, mmap_mode="r"))
             self._adopt(self._order, self._offsets, points, labels)
-            if clip:  # the file holds the points as built: clip them as load would
+            if clip and self._clip_known == self.radius:  # the same clients as last time
+                for cid in self.clipped_clients:
+                    x = self.points[cid]
+                    x[...] = clip_rows_l2(x, self.radius)
+            elif clip:  # the file holds the points as built: clip them as load would
                 self.clipped_clients, self.raw_norms, _, _ = self._clip_points(self.radius)
+                self._clip_known = self.radius
         self._resident += 1
         try:
             yield self
@@ -310,6 +317,7 @@ class NodeData:
         if radius != self.radius:
             self.radius = radius
             self.clipped_clients, self.raw_norms = frozenset(), {}
+            self._clip_known = None
         return True
 
     def retarget(self, config: ExperimentConfig, partition_id: int = 0, *,
