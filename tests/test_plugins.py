@@ -68,6 +68,20 @@ def test_the_architecture_page_s_baseline_example_is_the_toy_file():
     assert block.strip() and block in (ROOT / "tests" / "toy_algorithm.py").read_text()
 
 
+def test_the_docs_list_every_built_in_algorithm_and_attack():
+    """The hand-written lists (README, docs/configuration.md, config.yaml) are the registry's."""
+    built_in = [a.name for a in ALGORITHMS.values()
+                if a.initialise.__module__.startswith("fedkmeans.")]
+    assert len(built_in) == 6
+    pages = {p: (ROOT / p).read_text() for p in
+             ("README.md", "docs/configuration.md", "fedkmeans/conf/config.yaml")}
+    for page, text in pages.items():
+        for name in built_in:
+            assert f"{name}`" in text or f" {name} " in text or f" {name}\n" in text, \
+                f"{page} does not list algorithm {name}"
+    assert "attack:     none | curious" in pages["fedkmeans/conf/config.yaml"]
+
+
 def test_a_second_entry_under_a_taken_name_is_refused():
     with pytest.raises(ValueError, match="already registered as 'curious'"):
         register_attack(Attack("curious", lambda config: []))

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
+from fedkmeans.config import ExperimentConfig
 from fedkmeans.plugins import ATTACKS
-
-if TYPE_CHECKING:
-    from fedkmeans.config import ExperimentConfig
-    from fedkmeans.server.replies import Replies
+from fedkmeans.server.replies import Replies
 
 __all__ = ["Attack", "RunObserver", "attack", "register_attack"]
 
