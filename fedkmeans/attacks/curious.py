@@ -136,7 +136,7 @@ class CuriousServer(RunObserver):
         kept = {name: np.array(value, copy=True) for name, value in rows.items()}
         self._pending.setdefault(round_name, []).append((np.asarray(client_ids), kept))
 
-    def on_replies(self, round_name: str, replies) -> None:
+    def on_replies(self, round_name: str, replies: Replies) -> None:
         """Keep every client's individual reply of ``round_name``.
 
         With streaming aggregation the pool hands over running sums (``folded``); the
@@ -144,7 +144,7 @@ class CuriousServer(RunObserver):
         order here, exactly as the stacked path would have given them.
         """
         batches = self._pending.pop(round_name, [])
-        if getattr(replies, "folded", False):
+        if replies.folded:
             ids = np.concatenate([np.zeros(0, np.int64), *(b[0] for b in batches)])
             order = np.argsort(ids, kind="stable")
             names = list(batches[0][1]) if batches else list(replies.stats)
