@@ -160,19 +160,16 @@ class ClientPool:
         Returns
         -------
         Replies
-            The accepted clients in increasing id, with their stacked rows, or, when
-            folded, the running sums (``folded = True``); with secure aggregation the
-            noisy sums (``aggregated = True``).
+            The accepted clients in increasing id with their stacked rows, or the
+            running sums (``folded``), or SecAgg+'s noisy sums (``aggregated``).
 
         Notes
         -----
-        Each node's clients are asked in messages of at most
-        ``federation.message-mb`` of reply, and messages are outstanding only while
-        their replies fit in ``federation.inflight-mb`` (at least one), so neither the
-        SuperLink nor this process ever holds more than that window of replies.
-        Observers that want them (``RunObserver.wants_client_rows``) see every
-        accepted message's rows before they are dropped (a curious server keeps them at
-        its own cost).
+        Each node's clients are asked in messages of at most ``federation.message-mb``
+        of reply, outstanding only while their replies fit in ``federation.inflight-mb``
+        (at least one): neither the SuperLink nor this process holds more. Observers
+        with ``RunObserver.wants_client_rows`` see each accepted message's rows before
+        they are dropped (a curious server keeps them at its own cost).
         """
         round_name = round_name or stage
         config = {**self.settings, **(config or {})}
