@@ -216,15 +216,17 @@ def _reply(msg: Message, clients, stats: dict) -> Message:
 def register(msg: Message, context: Context) -> Message:
     """Announce the hosted client ids and the feature dimension (no data values).
 
-    The synthetic mixture's ids and dimension follow from the run config: the node
-    builds its clients when a round first asks for them, not here.
+    A data set whose dimension the run config declares (the generated mixture) gives
+    its ids and dimension without data: the node builds its clients when a round first
+    asks for them, not here.
     """
     config = parse_config(dict(context.run_config))
     node_config = context.node_config
-    if config.data.name == "mixture" and not node_config.get("data-path"):
+    dim = data_access.dataset(config.data.name).declared_dim(config)
+    if dim is not None and not node_config.get("data-path"):
         ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
                                           int(node_config.get("num-partitions", 1)))
-        return Message(pack({"client_ids": ids}, {"dim": config.data.dim if ids.size else 0}),
+        return Message(pack({"client_ids": ids}, {"dim": dim if ids.size else 0}),
                        reply_to=msg)
     node = node_data(context)
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)

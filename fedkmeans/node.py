@@ -33,7 +33,6 @@ from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
-from fedkmeans.data.mixture import mixture_block
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
@@ -714,22 +713,21 @@ def _is_block(base: np.ndarray, arrays: list[np.ndarray], offsets: np.ndarray) -
 
 
 def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
-    """Each hosted client's (id, points, labels, owned); the mixture's as views of one block.
+    """Each hosted client's (id, points, labels, owned); views of one block if there is one.
 
     ``owned``: the points are this node's own array (it may clip them in place).
 
-    The mixture's clients are generated straight into one array
-    (:func:`~fedkmeans.data.mixture.mixture_block`, bit-identical to one client at a
+    A generated data set (the mixture) builds its clients straight into one array
+    (:meth:`~fedkmeans.data.catalog.Dataset.block`, bit-identical to one client at a
     time), which the node then keeps as is.
     """
-    data = config.data
-    if data.name == "mixture" and not data_path and ids.size:
-        n = data.points_per_client
-        x, y = mixture_block(config.seed, ids.tolist(), k=data.components, dim=data.dim,
-                             n_points=n, variance=data.variance, partition=data.partition,
-                             dirichlet_alpha=data.dirichlet_alpha)
-        for i, cid in enumerate(ids.tolist()):
-            yield cid, x[i * n:(i + 1) * n], y[i * n:(i + 1) * n], True
+    block = (None if data_path or not ids.size
+             else data_access.dataset(config.data.name).block(config, ids))
+    if block is not None:
+        x, y, sizes = block
+        ends = np.cumsum(sizes)
+        for cid, end, size in zip(ids.tolist(), ends.tolist(), sizes.tolist(), strict=True):
+            yield cid, x[end - size:end], None if y is None else y[end - size:end], True
         return
     for cid in ids.tolist():
         x, y = data_access.load_client(config, cid, data_path)

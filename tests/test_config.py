@@ -240,7 +240,8 @@ def test_a_generated_data_set_s_block_is_its_clients_one_by_one():
     config = parse_config({"data.num-clients": 5, "data.points-per-client": 7, "data.dim": 3,
                            "data.components": 2, "k": 2})
     spec = catalog.dataset("mixture")
-    x, y = spec.block(config, np.array([1, 3, 4]))
+    x, y, sizes = spec.block(config, np.array([1, 3, 4]))
+    assert sizes.tolist() == [7, 7, 7]
     parts = [spec.client(config, c) for c in (1, 3, 4)]
     np.testing.assert_array_equal(x, np.concatenate([p[0] for p in parts]))
     np.testing.assert_array_equal(y, np.concatenate([p[1] for p in parts]))

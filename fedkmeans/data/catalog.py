@@ -168,8 +168,9 @@ class Dataset:
         """The points' dimension d the config declares (None: known once loaded)."""
         return None
 
-    def block(self, config: ExperimentConfig, ids: np.ndarray) -> Points | None:
-        """Clients ``ids``' points and labels, stacked client after client in new arrays.
+    def block(self, config: ExperimentConfig, ids: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | None:
+        """Clients ``ids``' points, labels and row counts, client after client, in new arrays.
 
         None (the default): the data set loads one client at a time (:meth:`client`).
         A generated data set may build the block at once (bit-identical to

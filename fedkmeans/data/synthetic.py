@@ -66,9 +66,12 @@ class Mixture(Dataset):
         """``data.dim``."""
         return config.data.dim
 
-    def block(self, config: ExperimentConfig, ids: np.ndarray) -> Points:
+    def block(self, config: ExperimentConfig, ids: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The clients generated straight into one array (:func:`mixture_block`)."""
-        return mixture_block(config.seed, np.asarray(ids).tolist(), **_kwargs(config.data))
+        ids = np.asarray(ids)
+        x, y = mixture_block(config.seed, ids.tolist(), **_kwargs(config.data))
+        return x, y, np.full(ids.size, config.data.points_per_client, dtype=np.int64)
 
     def pooled_points(self, config: ExperimentConfig) -> tuple[np.ndarray, bool]:
         """Every client generated into one (n, d) array, a block of clients at a time.
