@@ -79,3 +79,15 @@ def test_the_architecture_page_s_data_set_example_is_this_file():
     page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
     block = page.split("<!-- tested-by: tests/test_toy_dataset.py -->\n```python\n", 1)[1]
     assert block.split("```", 1)[0] in Path(__file__).read_text()
+
+
+def test_names_are_taken_once_and_aliases_find_their_data_set():
+    from fedkmeans.data import catalog
+
+    with pytest.raises(ValueError, match="toy-blobs"):
+        register(Blobs("toy-blobs"))  # another object under a registered name
+    assert register(BLOBS) is BLOBS  # the same object again: a module imported twice
+    assert catalog.dataset("npz") is catalog.dataset("file")
+    assert catalog.options()["npz"] == {"data.name": "file"}
+    with pytest.raises(KeyError, match="no data set 'mnist'"):
+        catalog.dataset("mnist")
