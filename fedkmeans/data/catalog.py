@@ -96,13 +96,14 @@ class Dataset:
     name : str
         The value of ``data.name``.
     summary : str
-        One line for the docs and ``--help``.
+        What it is, in one line (for listings of the data sets).
     presets : mapping of str to mapping
         The Hydra options of the ``dataset`` group this data set provides: option name
         -> the flat keys it sets besides ``data.name`` (``{"digits": {"k": 10}}``).
         Empty: one option named :attr:`name` that sets ``data.name`` only.
     aliases : tuple of str
-        Other accepted values of ``data.name`` (and Hydra options); the config stores
+        Other accepted values of ``data.name``, found as this data set (the config keeps
+        the value as given); a preset named after an alias (``dataset=npz``) sets
         :attr:`name`.
     package : str
         The module that must be importable to load it ('' = none beyond the project's).
