@@ -248,3 +248,13 @@ def test_a_generated_data_set_s_block_is_its_clients_one_by_one():
     pooled, owned = spec.pooled_points(config)
     assert owned and np.array_equal(pooled, spec.pooled(config)[0])
     assert spec.declared_dim(config) == 3 and catalog.dataset("file").block(config, [0]) is None
+
+
+def test_the_configuration_page_lists_every_built_in_dataset_option():
+    row = next(line for line in (ROOT / "docs" / "configuration.md").read_text().splitlines()
+               if line.startswith("| `dataset` |"))
+    for name in catalog.names():
+        spec = catalog.dataset(name)
+        if type(spec).__module__.startswith("fedkmeans."):  # not a test's own data set
+            for option in spec.options():
+                assert f"`{option}`" in row, option
