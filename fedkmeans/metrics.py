@@ -340,14 +340,17 @@ def _lean_kmeans(kmeans):
     """
 
     class LeanKMeans(kmeans):
-        def _validate_params_vs_input(self, X, *args, **kwargs):
+        # scikit-learn's own method name (KMeans.fit calls it): keep it as it is
+        def _check_params_vs_input(self, X, *args, **kwargs):
             tol, self.tol = self.tol, 0.0  # tol = 0 skips np.var
             try:
-                super()._validate_params_vs_input(X, *args, **kwargs)
+                super()._check_params_vs_input(X, *args, **kwargs)
             finally:
                 self.tol = tol
             self._tol = _variance_mean(X) * tol if tol else 0.0
 
+    if not hasattr(kmeans, LeanKMeans._check_params_vs_input.__name__):
+        raise RuntimeError("scikit-learn's KMeans has no _check_params_vs_input to override")
     return LeanKMeans
 
 

@@ -116,3 +116,22 @@ def test_a_node_first_asked_unclipped_then_clipped_equals_one_loaded_clipped(spi
                                                       raw.client_ids.tolist()]))
     else:
         assert clipped.retarget(parse_config({**CONFIG, "privacy.data-radius": 5.0})) is None
+
+
+def test_the_optimal_cost_computes_scikit_learn_s_tolerance_in_blocks(monkeypatch):
+    """The override must hook scikit-learn's method (a rename once unhooked it)."""
+    from sklearn.cluster import KMeans
+
+    from fedkmeans import metrics
+
+    calls = []
+    real = metrics._variance_mean
+    monkeypatch.setattr(metrics, "_variance_mean", lambda x: calls.append(1) or real(x))
+    monkeypatch.setattr(np, "var", lambda *a, **k: pytest.fail("np.var holds a copy"))
+    x = np.random.default_rng(0).normal(size=(400, 3))
+    cost, centers = metrics.optimal_cost(x.copy(), 3, seed=1, n_init=2, overwrite_x=True)
+    monkeypatch.undo()
+    assert calls
+    model = KMeans(3, n_init=2, random_state=metrics._sklearn_random_state(1)).fit(x)
+    np.testing.assert_allclose(centers, model.cluster_centers_, rtol=1e-9)
+    assert abs(cost - metrics.kmeans_cost(x, model.cluster_centers_)) <= 1e-9 * cost
