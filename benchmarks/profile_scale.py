@@ -1,12 +1,20 @@
 """Profile the scale benchmark's run, or measure the optimal-cost diagnostic's memory.
 
     python benchmarks/profile_scale.py --clients 100000
+    python benchmarks/profile_scale.py --clients 100000 --flower 60 40
     python benchmarks/profile_scale.py --optimal-cost 30000:50:100 100000:10:20
 
 Default: one in-process FedDP-KMeans run with the configuration of
 ``benchmarks/scale.py`` (mixture, 50 points per client, d = 100, client level,
 eps = 3, T = 0, 100 nodes); prints the round timings and the functions with the most
 own time (cProfile adds roughly 10-30% to the wall time).
+
+``--flower DELAY SECONDS``: the same configuration on ``flwr run`` (engine
+``flower``, 100 SuperNodes, 2 actors), sampled by py-spy (``pip install py-spy``) for
+SECONDS, DELAY seconds after the ``flwr-simulation`` process appears: that process
+(the ServerApp and Flower's simulation engine) and every ClientApp actor of the run.
+Prints, per process, the functions with the most samples (own and inclusive) and the
+round timings; the raw samples stay in ``--spy-dir``.
 
 ``--optimal-cost clients:points:dim ...``: for each shape, in a fresh process, the
 peak resident memory above the process's baseline and the time of
@@ -43,6 +51,7 @@ BASE = [
     "privacy.level=client", "data.points-per-client=50", "data.dim=100",
     "privacy.split='0.35,0.1,0.45,0.1'", "privacy.clip-covariance=1500",
     "privacy.clip-sums=110", "privacy.min-server-weight=200", "privacy.epsilon=3",
+    "privacy.max-points-per-client=50",
     "federation.num-nodes=100",
 ]
 
@@ -140,15 +149,99 @@ def measure_optimal_cost(shapes: list[str], output: Path) -> None:
         + "\n".join(markdown_table(rows)) + "\n")
 
 
+def _environ_home(pid: int) -> bytes | None:
+    try:
+        for var in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if var.startswith(b"FLWR_HOME=") and b"fedkmeans-flwr-" in var:
+                return var[len(b"FLWR_HOME="):]
+    except OSError:
+        pass
+    return None
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _pids() -> list[int]:
+    return [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+
+
+def spy_on_flower(directory: Path, delay: float, seconds: int, known: set[bytes]) -> None:
+    """py-spy the run's flwr-simulation process and actors (a thread of this process)."""
+    import subprocess
+
+    home = sim = None
+    while home is None:  # the run's FLWR_HOME: one this process had not seen before
+        for pid in _pids():
+            found = _environ_home(pid)
+            if b"flwr-simulation" in _cmdline(pid) and found and found not in known:
+                home, sim = found, pid
+        time.sleep(0.5)
+    time.sleep(delay)
+    actors = [pid for pid in _pids()
+              if b"ClientAppActor" in _cmdline(pid) and _environ_home(pid) == home]
+    procs = [subprocess.Popen(
+        ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "50",
+         "--duration", str(seconds), "--pid", str(pid),
+         "--output", str(directory / f"{name}-{pid}.txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name, pid in [("flwr-simulation", sim)] + [("actor", a) for a in actors]]
+    for proc in procs:
+        proc.wait()
+
+
+def summarise_samples(path: Path, top: int = 12) -> str:
+    """Own and inclusive shares of py-spy's collapsed stacks, idle waits included."""
+    from collections import Counter
+
+    own, inclusive, total = Counter(), Counter(), 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] for f in stack.split(";")]
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    lines = [f"== {path.name}: {total} samples"]
+    lines += [f"  own  {100 * v / total:5.1f}% {k}" for k, v in own.most_common(top)]
+    lines += [f"  incl {100 * v / total:5.1f}% {k}" for k, v in inclusive.most_common(2 * top)]
+    return "\n".join(lines)
+
+
+def profile_flower(clients: int, delay: float, seconds: int, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    known = {h for h in map(_environ_home, _pids()) if h}
+    spy = threading.Thread(target=spy_on_flower, args=(directory, delay, seconds, known),
+                           daemon=True)
+    spy.start()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run(BASE + [f"data.num-clients={clients}", "federation.engine=flower",
+                             f"output-dir={tmp}/run"])
+    spy.join(timeout=seconds + 60)
+    print({k: round(v, 2) for k, v in result["timings"].items()})
+    for path in sorted(directory.glob("*.txt")):
+        print(summarise_samples(path))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--optimal-cost", nargs="+", metavar="CLIENTS:POINTS:DIM")
+    parser.add_argument("--flower", nargs=2, type=float, metavar=("DELAY", "SECONDS"))
+    parser.add_argument("--spy-dir", default=tempfile.mkdtemp(prefix="profile-flower-"))
     parser.add_argument("--output", default=str(OUT / "scale-optimal-cost"))
     args = parser.parse_args()
     if args.optimal_cost:
         measure_optimal_cost(args.optimal_cost, Path(args.output))
+        return
+    if args.flower:
+        profile_flower(args.clients, args.flower[0], int(args.flower[1]), Path(args.spy_dir))
         return
     with tempfile.TemporaryDirectory() as tmp:
         profile = cProfile.Profile()

@@ -238,6 +238,22 @@ def _merge(path: Path, rows: list[dict]) -> list[dict]:
                                                  int(r["nodes"])))
 
 
+def _with_ratios(rows: list[dict]) -> list[dict]:
+    """``flower_over_inprocess`` on each flower row: its time after start-up over the
+    in-process row's of the same clients, nodes and shape (rows measured since issue
+    #28 only, whose time after start-up covers every round: a non-empty *tuning_s*)."""
+    def key(r):
+        return tuple(str(r[k]) for k in ("clients", "nodes", "points_per_client", "dim"))
+
+    inprocess = {key(r): r for r in rows if r["engine"] == "inprocess" and r.get("tuning_s")}
+    for r in rows:
+        other = inprocess.get(key(r))
+        r["flower_over_inprocess"] = (
+            round(float(r["after_startup_s"]) / float(other["after_startup_s"]), 2)
+            if r["engine"] == "flower" and r.get("tuning_s") and other else "")
+    return rows
+
+
 def _plot(rows: list[dict], path: Path) -> None:
     """Log-log: time after start-up and peak memory against clients, per configuration."""
     import matplotlib
@@ -249,6 +265,8 @@ def _plot(rows: list[dict], path: Path) -> None:
     groups: dict[str, list[dict]] = {}
     for r in rows:
         label = f"{r['engine']}:{r['nodes']}, {r['points_per_client']} pts, d={r['dim']}"
+        if not r.get("tuning_s"):  # measured before issue #28 (FedDP-Init + evaluation)
+            label += ", before #28"
         groups.setdefault(label, []).append(r)
     for label, rs in sorted(groups.items()):
         rs = sorted(rs, key=lambda r: int(r["clients"]))
@@ -280,6 +298,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more config overrides (e.g. federation.node-cache-mb=512)")
     parser.add_argument("--output", default=str(OUT / "scale"))
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rewrite the table and plot from the CSV")
     args = parser.parse_args()
     points, dim = args.points_per_client, args.dim
     # client-level clip bounds from the public declarations (points per client, radius)
@@ -288,7 +308,7 @@ def main() -> None:
             f"privacy.clip-covariance={30 * points}", f"privacy.clip-sums={2.2 * points}"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n in args.sizes:
+        for n in [] if args.report_only else args.sizes:
             lower, floor = None, None
             if not args.no_lower_bound:  # in a child: the pooled data never stays here
                 with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
@@ -334,7 +354,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = _merge(out.with_suffix(".csv"), rows)
+    rows = _with_ratios(_merge(out.with_suffix(".csv"), rows))
     write_csv(out.with_suffix(".csv"), rows)
     lines = markdown_table(rows)
     out.with_suffix(".md").write_text(
