@@ -69,14 +69,14 @@ def test_two_by_two_sweep_writes_one_tidy_row_per_job(tmp_path):
 
 @pytest.mark.slow
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(tmp_path):
-    overrides = ("dataset=npz,mixture", "privacy.epsilon=1,-1", "data.path=/no/such/file.npz")
+    overrides = ("dataset=file,mixture", "privacy.epsilon=1,-1", "data.path=/no/such/file.npz")
     proc, rows = _sweep(tmp_path, *overrides, returncode=1)  # a failed job: status 1
     assert "3 job(s) failed" in proc.stderr
     assert len(rows) == 4
     by = {(r["data.name"], float(r["privacy.epsilon"])): r for r in rows}
-    missing = by[("npz", 1.0)]  # fails before any node starts (the file is missing)
+    missing = by[("file", 1.0)]  # fails before any node starts (the file is missing)
     assert missing["status"] == "failed" and "data.path" in missing["error"]
-    for key in (("npz", -1.0), ("mixture", -1.0)):  # fails validation
+    for key in (("file", -1.0), ("mixture", -1.0)):  # fails validation
         assert by[key]["status"] == "failed"
         assert "ConfigError" in by[key]["error"] and "privacy.epsilon" in by[key]["error"]
     ok = by[("mixture", 1.0)]
