@@ -274,7 +274,7 @@ def _plot(rows: list[dict], path: Path) -> None:
         ax_t.plot(n, [float(r["after_startup_s"]) for r in rs], "o-", label=label)
         ax_m.plot(n, [float(r["peak_rss_gib"]) for r in rs], "o-", label=label)
     ax_t.set(xscale="log", yscale="log", xlabel="clients", ylabel="seconds after start-up",
-             title="FedDP-Init + evaluation time")
+             title="time after start-up (before #28: FedDP-Init + evaluation)")
     ax_m.set(xscale="log", yscale="log", xlabel="clients",
              ylabel="peak RSS, all processes (GiB)", title="memory")
     for limit in (4.0, 8.0):  # issue #28's bounds: 10^5 x 50 x 100, 10^6 x 10 x 20
