@@ -245,12 +245,17 @@ def _with_ratios(rows: list[dict]) -> list[dict]:
     def key(r):
         return tuple(str(r[k]) for k in ("clients", "nodes", "points_per_client", "dim"))
 
-    inprocess = {key(r): r for r in rows if r["engine"] == "inprocess" and r.get("tuning_s")}
+    from fedkmeans.plugins import ENGINES
+
+    def here(r):  # the in-process engine: the ClientApp runs in this process
+        return not ENGINES[r["engine"]].separate_processes
+
+    inprocess = {key(r): r for r in rows if here(r) and r.get("tuning_s")}
     for r in rows:
         other = inprocess.get(key(r))
         r["flower_over_inprocess"] = (
             round(float(r["after_startup_s"]) / float(other["after_startup_s"]), 2)
-            if r["engine"] == "flower" and r.get("tuning_s") and other else "")
+            if not here(r) and r.get("tuning_s") and other else "")
     return rows
 
 

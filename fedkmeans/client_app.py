@@ -48,10 +48,11 @@ _RUN_KEY: list[tuple] = []
 SHARD_DIR_ENV = "FEDKMEANS_NODE_SHARDS"
 #: This process's own directory for spilled nodes, when no shared one is set.
 _OWN_DIR: list[Path] = []
-#: Fraction of the machine's memory one process keeps of its nodes' points by default:
-#: a Flower simulation's actors each serve every node (so each would otherwise hold
-#: them all); the in-process engine holds each node once, in one process.
-AUTO_CACHE_FRACTION = {"flower": 1 / 64, "inprocess": 1 / 4}
+#: Fraction of the machine's memory one process keeps of its nodes' points by default,
+#: by whether the engine runs the ClientApp in separate processes: a Flower
+#: simulation's actors each serve every node (so each would otherwise hold them all);
+#: the in-process engine holds each node once, in one process.
+AUTO_CACHE_FRACTION = {True: 1 / 64, False: 1 / 4}
 
 
 def machine_memory() -> int:
@@ -67,12 +68,15 @@ def cache_budget(node_cache_mb: float, engine: str = "flower") -> int:
 
     ``federation.node-cache-mb`` > 0 is that many MiB; 0 (the default) is
     :data:`AUTO_CACHE_FRACTION` of the machine's memory for the engine (on 24 GiB:
-    384 MiB per Flower actor, 6 GiB in-process), at least 64 MiB.
+    384 MiB per Flower actor, 6 GiB in-process), at least 64 MiB. An engine that is not
+    registered in this process counts as one of separate processes.
     """
     if node_cache_mb > 0:
         return int(node_cache_mb * 2**20)
-    fraction = AUTO_CACHE_FRACTION.get(engine, AUTO_CACHE_FRACTION["flower"])
-    return max(64 * 2**20, int(machine_memory() * fraction))
+    from fedkmeans.plugins import ENGINES
+
+    separate = engine not in ENGINES.names() or ENGINES[engine].separate_processes
+    return max(64 * 2**20, int(machine_memory() * AUTO_CACHE_FRACTION[separate]))
 
 
 def _shared_dir() -> Path | None:
