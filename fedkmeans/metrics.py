@@ -340,7 +340,16 @@ def _lean_kmeans(kmeans):
     """
 
     class LeanKMeans(kmeans):
-        # scikit-learn's own method name (KMeans.fit calls it): keep it as it is
+        # scikit-learn's own method names (KMeans.fit calls them): keep them as they are
+        def _init_centroids(self, X, x_squared_norms, init, random_state, sample_weight,
+                            init_size=None, n_centroids=None):
+            if not (isinstance(init, str) and init == "k-means++" and init_size is None
+                    and n_centroids is None):
+                return super()._init_centroids(X, x_squared_norms, init, random_state,
+                                               sample_weight, init_size, n_centroids)
+            return _kmeans_plusplus_in_blocks(X, self.n_clusters, x_squared_norms,
+                                              sample_weight, random_state)
+
         def _check_params_vs_input(self, X, *args, **kwargs):
             tol, self.tol = self.tol, 0.0  # tol = 0 skips np.var
             try:
@@ -349,9 +358,57 @@ def _lean_kmeans(kmeans):
                 self.tol = tol
             self._tol = _variance_mean(X) * tol if tol else 0.0
 
-    if not hasattr(kmeans, LeanKMeans._check_params_vs_input.__name__):
-        raise RuntimeError("scikit-learn's KMeans has no _check_params_vs_input to override")
+    for method in (LeanKMeans._check_params_vs_input, LeanKMeans._init_centroids):
+        if not hasattr(kmeans, method.__name__):
+            raise RuntimeError(f"scikit-learn's KMeans has no {method.__name__} to override")
     return LeanKMeans
+
+
+def _kmeans_plusplus_in_blocks(x, k, x_squared_norms, sample_weight, random_state):
+    """scikit-learn's greedy k-means++ seeding, its distances computed in row blocks.
+
+    The same draws from ``random_state`` and the same arithmetic as
+    ``sklearn.cluster._kmeans._kmeans_plusplus`` (``2 + int(log k)`` local trials per
+    center), but the candidates are scored one at a time against the current closest
+    distances, so no (trials, n) distance matrix exists: at most three length-n
+    vectors. Each candidate's potential is its own dot product (scikit-learn takes the
+    four in one matrix product), equal up to round-off.
+    """
+    from sklearn.metrics.pairwise import _euclidean_distances
+
+    n = x.shape[0]
+    step = max(1, _LEAN_BLOCK_ENTRIES // max(1, x.shape[1]))
+
+    def distances(center):  # squared distances of every point to one center, (n,)
+        out = np.empty(n)
+        for start in range(0, n, step):
+            rows = slice(start, start + step)
+            out[rows] = _euclidean_distances(center[None, :], x[rows],
+                                             Y_norm_squared=x_squared_norms[rows],
+                                             squared=True)[0]
+        return out
+
+    centers = np.empty((k, x.shape[1]), dtype=x.dtype)
+    trials = 2 + int(np.log(k))
+    center_id = random_state.choice(n, p=sample_weight / sample_weight.sum())
+    centers[0] = x[center_id]
+    closest = distances(centers[0])
+    current_pot = closest @ sample_weight
+    for c in range(1, k):
+        rand_vals = random_state.uniform(size=trials) * current_pot
+        candidate_ids = np.searchsorted(np.cumsum(sample_weight * closest), rand_vals)
+        np.clip(candidate_ids, None, n - 1, out=candidate_ids)
+        best, best_pot, best_row = None, None, None
+        for candidate in candidate_ids.tolist():
+            row = distances(x[candidate])
+            np.minimum(closest, row, out=row)
+            pot = row @ sample_weight
+            if best is None or pot < best_pot:  # argmin: the first of equal ones
+                best, best_pot, best_row = candidate, pot, row
+            del row
+        current_pot, closest = best_pot, best_row
+        centers[c] = x[best]
+    return centers
 
 
 def optimal_cost(

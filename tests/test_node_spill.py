@@ -135,3 +135,21 @@ def test_the_optimal_cost_computes_scikit_learn_s_tolerance_in_blocks(monkeypatc
     model = KMeans(3, n_init=2, random_state=metrics._sklearn_random_state(1)).fit(x)
     np.testing.assert_allclose(centers, model.cluster_centers_, rtol=1e-9)
     assert abs(cost - metrics.kmeans_cost(x, model.cluster_centers_)) <= 1e-9 * cost
+
+
+def test_the_optimal_cost_s_seeding_in_blocks_is_scikit_learn_s():
+    """The same k-means++ seeds as scikit-learn's, over several row blocks."""
+    from sklearn.cluster._kmeans import _kmeans_plusplus
+    from sklearn.utils.extmath import row_norms
+
+    from fedkmeans import metrics
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(40_000, 20)) + rng.integers(0, 6, size=(40_000, 1))
+    norms, weights = row_norms(x, squared=True), np.ones(x.shape[0])
+    expected, _ = _kmeans_plusplus(x, 10, x_squared_norms=norms, sample_weight=weights,
+                                   random_state=np.random.RandomState(7))
+    seeds = metrics._kmeans_plusplus_in_blocks(x, 10, norms, weights,
+                                               np.random.RandomState(7))
+    assert x.shape[0] > metrics._LEAN_BLOCK_ENTRIES // x.shape[1]  # several blocks
+    np.testing.assert_array_equal(seeds, expected)
