@@ -144,7 +144,8 @@ def measure_optimal_cost(shapes: list[str], output: Path) -> None:
         "optimal cost, in GiB and in units of the pooled data (clients x points x d x 8 "
         "bytes). *before*: the pooled data from `data.load_pooled` and scikit-learn's "
         "copy; *now*: `evaluation.optimal_cost` (one array filled client block by "
-        "client block, centered in place, costs summed in row chunks). "
+        "client block, centered in place; tolerance, k-means++ seeding and costs "
+        "computed in row blocks). "
         "*relative_difference*: between the two optima.\n\n"
         + "\n".join(markdown_table(rows)) + "\n")
 
