@@ -207,7 +207,11 @@ class NodeData:
                     x = self.points[cid]
                     x[...] = clip_rows_l2(x, self.radius)
             elif clip:  # the file holds the points as built: clip them as load would
-                self.clipped_clients, self.raw_norms, _, _ = self._clip_points(self.radius)
+                norms = None
+                if (self._spilled / _NORMS).exists():  # written with the file: no pass
+                    norms = np.load(self._spilled / _NORMS, mmap_mode="r")
+                self.clipped_clients, self.raw_norms, _, _ = self._clip_points(
+                    self.radius, norms)
                 self._clip_known = self.radius
         self._resident += 1
         try:
@@ -272,7 +276,8 @@ class NodeData:
                 "" if log is LOG.debug else " (other nodes of this process log at DEBUG)",
             )
 
-    def _clip_points(self, radius: float) -> tuple[frozenset, dict, int, int]:
+    def _clip_points(self, radius: float, all_norms: np.ndarray | None = None,
+                     ) -> tuple[frozenset, dict, int, int]:
         """Clip every client's points to ``radius`` in place (a ragged node: copies).
 
         Returns the clipped clients, their points' norms before the clip, and the
@@ -283,7 +288,8 @@ class NodeData:
         clipped = total = 0
         clipped_clients, raw_norms = set(), {}
         if self._stacked is not None:  # the norms of all points at once
-            all_norms = np.linalg.norm(self._stacked, axis=1)
+            if all_norms is None:
+                all_norms = np.linalg.norm(self._stacked, axis=1)
         for cid in self.client_ids.tolist():
             x = self.points.get(cid)
             if x is None:
@@ -662,6 +668,8 @@ def clip_radius(config: ExperimentConfig) -> float | None:
 
 
 #: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
+#: ``norms.npy``: every point's norm, for a file of points as built.
+_NORMS = "norms.npy"
 _POINTS, _LABELS, _OFFSETS, _META, _DONE = (
     "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
 
@@ -679,6 +687,8 @@ def write_shard(path: Path, node: NodeData) -> None:
     if node._labels_stacked is not None:
         np.save(tmp / _LABELS, node._labels_stacked)
     np.save(tmp / _OFFSETS, node._offsets)
+    if node.radius is None:  # points as built: their norms, for the clip when mapped
+        np.save(tmp / _NORMS, np.linalg.norm(node._stacked, axis=1))
     clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
     norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
     np.savez(tmp / _META, client_ids=np.asarray(node._order, dtype=np.int64),
