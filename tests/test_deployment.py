@@ -119,7 +119,7 @@ def test_certificates_chain_to_the_offline_ca_and_cover_the_local_names(tmp_path
 
 
 def test_node_keys_are_unencrypted_openssh_ecdsa_p384_pairs(tmp_path):
-    # Flower 1.41 loads them with cryptography's OpenSSH loaders, without a password.
+    # Flower 1.41 and 1.42 load them with cryptography's OpenSSH loaders, without a password.
     paths = deploy.make_node_keys(tmp_path / "keys", 2)
     assert [p.name for p in paths] == ["node-0", "node-1"]
     publics = []

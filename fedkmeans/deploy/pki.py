@@ -191,7 +191,7 @@ def make_certificates(certs_dir: Path, hosts: Sequence[str] = (), days: int = 36
 def make_node_keys(keys_dir: Path, num_nodes: int) -> list[Path]:
     """One unencrypted OpenSSH ECDSA P-384 key pair per node.
 
-    Flower 1.41 accepts NIST EC keys only; Ed25519, PEM and passphrase-protected keys
+    Flower 1.41 and 1.42 accept NIST EC keys only; Ed25519, PEM and passphrase-protected keys
     fail (docs/facts.md, "Deployment with TLS and node authentication").
 
     Parameters

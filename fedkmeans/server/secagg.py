@@ -1,6 +1,6 @@
 """Secure aggregation of noisy statistics with Flower's SecAgg+ (``privacy.aggregation = secagg``).
 
-Flower 1.41 has SecAgg+ only on its legacy path: :class:`SecAggPlusWorkflow` driven by
+Flower 1.41 and 1.42 have SecAgg+ only on its legacy path: :class:`SecAggPlusWorkflow` driven by
 a :class:`LegacyContext` whose ``strategy`` configures and aggregates one "fit" round,
 and ``secaggplus_mod`` on the ClientApp, which intercepts ``train`` messages. This
 module bridges it into our own ``@app.main()`` protocol
@@ -30,7 +30,7 @@ add/remove one data point at data-point level.
 
 Security notes (docs/secagg.md): honest-but-curious server (Flower's SecAgg+ has no
 consistency checks against a server that lies about dropouts or the noise scale),
-and flwr 1.41 folds every mask seed into 32 bits before its PRG (``pseudo_rand_gen``).
+and flwr 1.41 and 1.42 fold every mask seed into 32 bits before its PRG (``pseudo_rand_gen``).
 Key generation, masks and neighbour shuffling use Flower's OS/global randomness; they
 are cryptographic and cancel exactly in the sum, so results stay reproducible.
 """
