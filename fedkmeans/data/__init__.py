@@ -8,26 +8,21 @@ loads only its own clients: in simulation it is told its ``partition-id`` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from fedkmeans.data.catalog import dataset
+from fedkmeans.data.catalog import RunConfig, dataset
 from fedkmeans.data.files import _npz, _npz_version  # noqa: F401 (the caches, for tests)
 from fedkmeans.data.real import _columns, _federation, real_federation  # noqa: F401
 
-if TYPE_CHECKING:  # the config validates against data.catalog, so no runtime import
-    from fedkmeans.config import ExperimentConfig
-
 
 def node_client_ids(
-    config: ExperimentConfig, partition_id: int, num_partitions: int, node_data_path: str = ""
+    config: RunConfig, partition_id: int, num_partitions: int, node_data_path: str = ""
 ) -> np.ndarray:
     """Ids of the clients hosted by one node.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : RunConfig
     partition_id, num_partitions : int
         From the node config (simulation sets both).
     node_data_path : str
@@ -42,18 +37,18 @@ def node_client_ids(
 
 
 def load_client(
-    config: ExperimentConfig, client_id: int, node_data_path: str = ""
+    config: RunConfig, client_id: int, node_data_path: str = ""
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Points (n_j, d) and labels (n_j,) or None of one client."""
     return dataset(config.data.name).client(config, int(client_id), node_data_path)
 
 
-def load_server(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None]:
+def load_server(config: RunConfig) -> tuple[np.ndarray, np.ndarray | None]:
     """The server's own dataset Q: points (m, d) and labels (m,) or None."""
     return dataset(config.data.name).server(config)
 
 
-def load_pooled(config: ExperimentConfig) -> tuple[np.ndarray, np.ndarray | None] | None:
+def load_pooled(config: RunConfig) -> tuple[np.ndarray, np.ndarray | None] | None:
     """All training points, for NON-PRIVATE evaluation only (optimal cost).
 
     Returns None when the server cannot see the training data (deployment with

@@ -26,15 +26,32 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # the config imports this module, never the other way round
-    from fedkmeans.config import ExperimentConfig
+__all__ = ["PARTITIONERS", "DataSettings", "Dataset", "Holdout", "RunConfig", "dataset",
+           "names", "options", "parse_holdout", "register", "subscribe"]
 
-__all__ = ["PARTITIONERS", "Dataset", "Holdout", "dataset", "names", "options",
-           "parse_holdout", "register", "subscribe"]
+
+#: The ``data.*`` keys of a run (``fedkmeans.config.DataConfig``); the data sets read
+#: the fields they need.
+DataSettings = Any
+
+
+class RunConfig(Protocol):
+    """What the data layer reads of a run's configuration.
+
+    ``fedkmeans.config.ExperimentConfig`` satisfies it. It is declared here because the
+    config validates against this module (it sits above ``data/`` in the layer order),
+    so ``data/`` never imports the config, not even for type hints.
+    """
+
+    seed: int
+    data: DataSettings
+
+    def to_flat(self) -> dict[str, Any]:
+        """The run's flat dotted keys."""
 
 #: ``data.partitioner`` of a data file (``dataset=file``): one client per value of the
 #: client column, or Flower Datasets' IID / Dirichlet partitioners (fedkmeans.data.tables).
@@ -131,25 +148,25 @@ class Dataset:
     partitioners: tuple[str, ...] = ("natural-id",)
 
     # ---- the loader ---------------------------------------------------------------
-    def client_ids(self, config: ExperimentConfig, node_data_path: str = "") -> np.ndarray:
+    def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """Every client id (int64, sorted); a deployed node's own file's with a path."""
         raise NotImplementedError
 
-    def client(self, config: ExperimentConfig, cid: int, node_data_path: str = "") -> Points:
+    def client(self, config: RunConfig, cid: int, node_data_path: str = "") -> Points:
         """Points (n_j, d) and labels (n_j,) or None of client ``cid``."""
         raise NotImplementedError
 
-    def server(self, config: ExperimentConfig) -> Points:
+    def server(self, config: RunConfig) -> Points:
         """The server's own data Q: points (m, d) and labels (m,) or None."""
         raise NotImplementedError
 
-    def node_client_ids(self, config: ExperimentConfig, partition_id: int,
+    def node_client_ids(self, config: RunConfig, partition_id: int,
                         num_partitions: int, node_data_path: str = "") -> np.ndarray:
         """The ids a node hosts: those congruent to ``partition_id``."""
         ids = self.client_ids(config, node_data_path)
         return ids[ids % num_partitions == partition_id]
 
-    def pooled(self, config: ExperimentConfig) -> Points | None:
+    def pooled(self, config: RunConfig) -> Points | None:
         """All clients' points, for NON-PRIVATE evaluation only (None: not visible here)."""
         parts = [self.client(config, int(c)) for c in self.client_ids(config)]
         labels = [y for _, y in parts]
@@ -157,19 +174,19 @@ class Dataset:
         return np.concatenate([x for x, _ in parts]), y
 
     # ---- public facts ---------------------------------------------------------------
-    def server_points(self, config: ExperimentConfig) -> tuple[int, str] | None:
+    def server_points(self, config: RunConfig) -> tuple[int, str] | None:
         """(number, how it follows from the keys) of server points, known without loading."""
         return None
 
-    def declared_clients(self, config: ExperimentConfig) -> int | None:
+    def declared_clients(self, config: RunConfig) -> int | None:
         """The number of clients the config declares (None: known once loaded)."""
         return None
 
-    def declared_dim(self, config: ExperimentConfig) -> int | None:
+    def declared_dim(self, config: RunConfig) -> int | None:
         """The points' dimension d the config declares (None: known once loaded)."""
         return None
 
-    def block(self, config: ExperimentConfig, ids: np.ndarray
+    def block(self, config: RunConfig, ids: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray] | None:
         """Clients ``ids``' points, labels and row counts, client after client, in new arrays.
 
@@ -179,7 +196,7 @@ class Dataset:
         """
         return None
 
-    def pooled_points(self, config: ExperimentConfig) -> tuple[np.ndarray | None, bool]:
+    def pooled_points(self, config: RunConfig) -> tuple[np.ndarray | None, bool]:
         """Every client's points (non-private evaluation) and whether the caller owns them.
 
         The default is :meth:`pooled`'s points, shared with the loader (not to be
@@ -188,21 +205,21 @@ class Dataset:
         pooled = self.pooled(config)
         return (None, False) if pooled is None else (pooled[0], False)
 
-    def fresh_points(self, config: ExperimentConfig, n: int) -> np.ndarray | None:
+    def fresh_points(self, config: RunConfig, n: int) -> np.ndarray | None:
         """``n`` points of the training distribution that no client holds (None: none)."""
         return None
 
-    def identity(self, config: ExperimentConfig) -> dict[str, Any]:
+    def identity(self, config: RunConfig) -> dict[str, Any]:
         """What decides the pooled points (the optimal cost's cache key)."""
         return {"dataset": self.name, "data": {k: v for k, v in config.to_flat().items()
                                                if k.startswith("data.")},
                 "seed": config.seed}
 
-    def files(self, config: ExperimentConfig) -> list[Path]:
+    def files(self, config: RunConfig) -> list[Path]:
         """The files the data is read from (the checkpoint's data fingerprint)."""
         return []
 
-    def resolve(self, config: ExperimentConfig, flat: Mapping[str, Any]) -> dict[str, Any]:
+    def resolve(self, config: RunConfig, flat: Mapping[str, Any]) -> dict[str, Any]:
         """Preflight, before any node starts: ``flat`` with paths resolved (checked)."""
         return dict(flat)
 

@@ -13,17 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from fedkmeans.data.catalog import PARTITIONERS, Dataset, Points, register
+from fedkmeans.data.catalog import PARTITIONERS, Dataset, Points, RunConfig, register
 from fedkmeans.data.npz import NpzDataset, load_npz
 from fedkmeans.data.tables import TableSettings, file_identity, load_file, server_file
 from fedkmeans.schema import ConfigError
-
-if TYPE_CHECKING:
-    from fedkmeans.config import ExperimentConfig
 
 __all__ = ["FILE", "DataFile"]
 
@@ -55,7 +52,7 @@ def _stamp(path: str | os.PathLike) -> tuple[int, int] | None:
     return stat.st_size, stat.st_mtime_ns
 
 
-def _file(config: ExperimentConfig, node_data_path: str = "") -> NpzDataset:
+def _file(config: RunConfig, node_data_path: str = "") -> NpzDataset:
     """The user's data file, read and split by :mod:`fedkmeans.data.tables` (cached).
 
     ``node_data_path``: a deployed node's own file (its clients only). The cache key
@@ -82,11 +79,11 @@ class DataFile(Dataset):
 
     partitioners: tuple[str, ...] = PARTITIONERS
 
-    def client_ids(self, config: ExperimentConfig, node_data_path: str = "") -> np.ndarray:
+    def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """The file's client ids."""
         return _file(config, node_data_path).client_ids().astype(np.int64)
 
-    def node_client_ids(self, config: ExperimentConfig, partition_id: int,
+    def node_client_ids(self, config: RunConfig, partition_id: int,
                         num_partitions: int, node_data_path: str = "") -> np.ndarray:
         """A node's own file: all its clients; else every ``num_partitions``-th client."""
         ids = self.client_ids(config, node_data_path)
@@ -94,29 +91,29 @@ class DataFile(Dataset):
             return ids
         return ids[np.arange(ids.size) % num_partitions == partition_id]
 
-    def client(self, config: ExperimentConfig, cid: int, node_data_path: str = "") -> Points:
+    def client(self, config: RunConfig, cid: int, node_data_path: str = "") -> Points:
         """One client's rows."""
         return _file(config, node_data_path).client_data(int(cid))
 
-    def server(self, config: ExperimentConfig) -> Points:
+    def server(self, config: RunConfig) -> Points:
         """``data.server-path``, ``server_x`` of an ``.npz`` or ``data.server-fraction``."""
         data = _file(config)
         return data.server_x, data.server_y
 
-    def pooled(self, config: ExperimentConfig) -> Points | None:
+    def pooled(self, config: RunConfig) -> Points | None:
         """Every client's rows; None in deployment without ``data.path``."""
         if not config.data.path:
             return None
         data = _file(config)
         return data.x, data.y
 
-    def identity(self, config: ExperimentConfig) -> dict[str, Any]:
+    def identity(self, config: RunConfig) -> dict[str, Any]:
         """The file (path, size, mtime) and the keys that select rows and columns."""
         stat = Path(config.data.path).stat()
         return {"path": str(Path(config.data.path).resolve()), "size": stat.st_size,
                 "mtime": stat.st_mtime_ns, **file_identity(config)}
 
-    def files(self, config: ExperimentConfig) -> list[Path]:
+    def files(self, config: RunConfig) -> list[Path]:
         """``data.path`` and, if set, the server's own file."""
         if not config.data.path:
             return []
@@ -125,7 +122,7 @@ class DataFile(Dataset):
             paths.append(server_file(config.data.path, config.data.server_path))
         return paths
 
-    def resolve(self, config: ExperimentConfig, flat: Mapping[str, Any]) -> dict[str, Any]:
+    def resolve(self, config: RunConfig, flat: Mapping[str, Any]) -> dict[str, Any]:
         """``data.path`` made absolute (the ``flower`` engine's server runs elsewhere).
 
         Raises

@@ -11,16 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from fedkmeans.data.catalog import Dataset, Points, dataset, parse_holdout
+from fedkmeans.data.catalog import Dataset, Points, RunConfig, dataset, parse_holdout
 from fedkmeans.data.tabular import Federation
 from fedkmeans.seeding import generator
-
-if TYPE_CHECKING:
-    from fedkmeans.config import ExperimentConfig
 
 __all__ = ["RealDataset", "real_federation"]
 
@@ -42,30 +39,30 @@ class RealDataset(Dataset):
     build: Callable[..., Federation] | None = None
     whole_table: bool = True
 
-    def client_ids(self, config: ExperimentConfig, node_data_path: str = "") -> np.ndarray:
+    def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """The federation's client ids."""
         return real_federation(config).client_ids()
 
-    def client(self, config: ExperimentConfig, cid: int, node_data_path: str = "") -> Points:
+    def client(self, config: RunConfig, cid: int, node_data_path: str = "") -> Points:
         """One client's rows."""
         return real_federation(config).client_data(int(cid))
 
-    def server(self, config: ExperimentConfig) -> Points:
+    def server(self, config: RunConfig) -> Points:
         """``data.server-points`` held-out rows, a seeded subset (public randomness)."""
         rng = generator(config.seed, "data", "server-points")
         return real_federation(config).server(rng, config.data.server_points)
 
-    def pooled(self, config: ExperimentConfig) -> Points:
+    def pooled(self, config: RunConfig) -> Points:
         """Every client's rows (non-private evaluation)."""
         federation = real_federation(config)
         return federation.x, federation.y
 
-    def server_points(self, config: ExperimentConfig) -> tuple[int, str] | None:
+    def server_points(self, config: RunConfig) -> tuple[int, str] | None:
         """``data.server-points`` when set (else every held-out row: known once loaded)."""
         n = config.data.server_points
         return (n, " = data.server-points") if n else None
 
-    def identity(self, config: ExperimentConfig) -> dict[str, Any]:
+    def identity(self, config: RunConfig) -> dict[str, Any]:
         """Selection keys, and the federation's shape and checksum."""
         data, federation = config.data, real_federation(config)
         return {"dataset": data.name, "holdout": data.holdout, "clients": data.num_clients,
@@ -89,7 +86,7 @@ def _federation(
     )
 
 
-def real_federation(config: ExperimentConfig) -> Federation:
+def real_federation(config: RunConfig) -> Federation:
     """The federation of a :class:`RealDataset` (cached per process)."""
     data = config.data
     return _federation(

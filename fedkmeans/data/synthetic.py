@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from fedkmeans.data.catalog import Dataset, Points, register
+from fedkmeans.data.catalog import Dataset, DataSettings, Points, RunConfig, register
 from fedkmeans.data.mixture import mixture_block, mixture_client, mixture_server
-
-if TYPE_CHECKING:
-    from fedkmeans.config import DataConfig, ExperimentConfig
 
 __all__ = ["MIXTURE", "Mixture"]
 
@@ -24,7 +21,7 @@ __all__ = ["MIXTURE", "Mixture"]
 POOL_BLOCK_ROWS = 1 << 16
 
 
-def _kwargs(data: DataConfig) -> dict[str, Any]:
+def _kwargs(data: DataSettings) -> dict[str, Any]:
     return {"k": data.components, "dim": data.dim, "n_points": data.points_per_client,
             "variance": data.variance, "partition": data.partition,
             "dirichlet_alpha": data.dirichlet_alpha}
@@ -34,15 +31,15 @@ def _kwargs(data: DataConfig) -> dict[str, Any]:
 class Mixture(Dataset):
     """K Gaussian components in d dimensions, ``data.num-clients`` generated clients."""
 
-    def client_ids(self, config: ExperimentConfig, node_data_path: str = "") -> np.ndarray:
+    def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """``0 .. data.num-clients - 1``."""
         return np.arange(config.data.num_clients, dtype=np.int64)
 
-    def client(self, config: ExperimentConfig, cid: int, node_data_path: str = "") -> Points:
+    def client(self, config: RunConfig, cid: int, node_data_path: str = "") -> Points:
         """Client ``cid``'s points, generated from its own seed path."""
         return mixture_client(config.seed, int(cid), **_kwargs(config.data))
 
-    def server(self, config: ExperimentConfig) -> Points:
+    def server(self, config: RunConfig) -> Points:
         """Points per component plus uniform out-of-distribution points."""
         data = config.data
         return mixture_server(
@@ -51,29 +48,29 @@ class Mixture(Dataset):
             uniform=data.server_uniform_points, variance=data.variance,
         )
 
-    def server_points(self, config: ExperimentConfig) -> tuple[int, str]:
+    def server_points(self, config: RunConfig) -> tuple[int, str]:
         """Components x points per component + uniform points."""
         d = config.data
         return (d.components * d.server_points_per_component + d.server_uniform_points,
                 " = data.components * data.server-points-per-component + "
                 "data.server-uniform-points")
 
-    def declared_clients(self, config: ExperimentConfig) -> int:
+    def declared_clients(self, config: RunConfig) -> int:
         """``data.num-clients``."""
         return config.data.num_clients
 
-    def declared_dim(self, config: ExperimentConfig) -> int:
+    def declared_dim(self, config: RunConfig) -> int:
         """``data.dim``."""
         return config.data.dim
 
-    def block(self, config: ExperimentConfig, ids: np.ndarray
+    def block(self, config: RunConfig, ids: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The clients generated straight into one array (:func:`mixture_block`)."""
         ids = np.asarray(ids)
         x, y = mixture_block(config.seed, ids.tolist(), **_kwargs(config.data))
         return x, y, np.full(ids.size, config.data.points_per_client, dtype=np.int64)
 
-    def pooled_points(self, config: ExperimentConfig) -> tuple[np.ndarray, bool]:
+    def pooled_points(self, config: RunConfig) -> tuple[np.ndarray, bool]:
         """Every client generated into one (n, d) array, a block of clients at a time.
 
         The pooled data exist once, with no per-client arrays or labels beside them.
@@ -88,13 +85,13 @@ class Mixture(Dataset):
                           out=x[start * n:(start + len(ids)) * n])
         return x, True
 
-    def fresh_points(self, config: ExperimentConfig, n: int) -> np.ndarray:
+    def fresh_points(self, config: RunConfig, n: int) -> np.ndarray:
         """Points of clients past the last one (generated, held by no client)."""
         per, first = config.data.points_per_client, config.data.num_clients
         parts = [self.client(config, first + i)[0] for i in range(math.ceil(n / per))]
         return np.concatenate(parts)[:n]
 
-    def identity(self, config: ExperimentConfig) -> dict[str, Any]:
+    def identity(self, config: RunConfig) -> dict[str, Any]:
         """The generating keys and the seed."""
         data = config.data
         return {"seed": config.seed, "dim": data.dim, "components": data.components,

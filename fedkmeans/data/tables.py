@@ -63,14 +63,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedkmeans.data.catalog import RunConfig
 from fedkmeans.data.npz import ALLOWED_KEYS, NpzDataset, _ints, _points, _readonly
 from fedkmeans.schema import ConfigError
 from fedkmeans.seeding import generator, integer_seed
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from fedkmeans.config import ExperimentConfig
 
 __all__ = ["EXTENSIONS", "DataFileError", "TableSettings", "file_identity", "load_file",
            "server_file"]
@@ -138,7 +137,7 @@ class TableSettings:
     seed: int = 0
 
     @classmethod
-    def of(cls, config: ExperimentConfig) -> TableSettings:
+    def of(cls, config: RunConfig) -> TableSettings:
         """The settings of ``config`` (its ``data.*`` keys and seed)."""
         d = config.data
         return cls(
@@ -160,7 +159,7 @@ def server_file(data_path: str | Path, server_path: str) -> Path:
     return path if path.is_absolute() else Path(data_path).parent / path
 
 
-def file_identity(config: ExperimentConfig) -> dict[str, Any]:
+def file_identity(config: RunConfig) -> dict[str, Any]:
     """What, besides the data file itself, decides the clients' pooled points.
 
     For a cache of results computed on the pooled points (the optimal cost): the
