@@ -302,19 +302,7 @@ def mixture_pooled(
     ids = list(client_ids)
     if not ids:
         raise ValueError("client_ids must contain at least one client id")
-    xs, ys = [], []
-    for client_id in ids:
-        x, y = mixture_client(
-            seed,
-            client_id,
-            k=k,
-            dim=dim,
-            n_points=n_points,
-            variance=variance,
-            partition=partition,
-            dirichlet_alpha=dirichlet_alpha,
-        )
-        xs.append(x)
-        ys.append(y)
+    x, y = mixture_block(seed, ids, k=k, dim=dim, n_points=n_points, variance=variance,
+                         partition=partition, dirichlet_alpha=dirichlet_alpha)
     client = np.repeat(np.asarray(ids, dtype=np.int64), n_points)
-    return np.concatenate(xs, axis=0), np.concatenate(ys), client
+    return x, y, client
