@@ -159,11 +159,16 @@ class PrivateEstimates:
                 and cleaned_mass >= 0.5 * self.num_clients)
 
     @property
+    def count_floor(self) -> float:
+        """The count slot's noise floor ``sigma * z_1`` (:func:`noise_floor`, one bin)."""
+        return noise_floor(self.sigma, 1)
+
+    @property
     def too_few_clients(self) -> bool:
         """Client level: whether the number of clients is within the count's noise.
 
         True when ``num_clients`` (the noisy count, or the declared one) is at or below
-        the count slot's noise floor ``sigma * z_1`` (:func:`noise_floor`): a release of
+        the count slot's noise floor (:attr:`count_floor`): a release of
         a per-client statistic that takes a few percent of the budget cannot tell these
         clients from none. Every release of the protocol is such a statistic with a
         share of the same budget, its noise at most ``sqrt(share_estimate / share)``
@@ -171,7 +176,7 @@ class PrivateEstimates:
         noise. Always False at data-point level, where the unit is a point.
         """
         return (self.level == "client"
-                and self.num_clients <= noise_floor(self.sigma, 1))
+                and self.num_clients <= self.count_floor)
 
     @property
     def total_points(self) -> float:
@@ -261,5 +266,5 @@ class PrivateEstimates:
             "radius_quantile": RADIUS_QUANTILE,
             "radius": self.quantile("norms", RADIUS_QUANTILE),
             "floor_tail": FLOOR_TAIL,
-            "count_floor": noise_floor(self.sigma, 1),
+            "count_floor": self.count_floor,
         }

@@ -59,12 +59,13 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedkmeans.algorithms import algorithm
+from fedkmeans.algorithms.server_baselines import SERVER_LLOYDS
 from fedkmeans.artefacts import json_number
 from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import integer_seed
 from fedkmeans.stages.check import CHOICE_STDS, check_clip, server_only_centers
-from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates, noise_floor
+from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
 
 __all__ = [
@@ -76,8 +77,6 @@ __all__ = [
 RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
-#: The algorithm a run falls back to when the federation is too small to learn from.
-SERVER_ONLY = "server-lloyds"
 #: Share of the budget the final private choice takes with ``check-share = auto``.
 CHECK_FRACTION = 0.10
 #: Used for ``max-points-per-client = auto`` when the estimate round shows no client size
@@ -188,6 +187,9 @@ def _resolve_auto(
         privacy = replace(privacy, lloyds_steps=0)
     checkable = (algorithm(config.algorithm).final_choice and not config.k_auto
                  and config.is_private and privacy.check_share != 0)
+    check_auto = privacy.check_share == AUTO
+    if check_auto and checkable and estimates is not None and estimates.too_few_clients:
+        return _server_only(config, privacy, record, estimates)
     if checkable and privacy.check_clip == AUTO:
         alternative = server_only_centers(server_x, config.k,
                                           integer_seed(config.seed, "init", "server-lloyds"))
@@ -195,9 +197,6 @@ def _resolve_auto(
         record["why"]["check_clip"] = (
             "the mean squared distance of the server's points to k-means on them (the "
             "server-only answer the check compares with)")
-    check_auto = privacy.check_share == AUTO
-    if check_auto and checkable and estimates is not None and estimates.too_few_clients:
-        return _server_only(config, privacy, record, estimates)
     if check_auto:  # the final choice is added after the search (not simulated)
         privacy = replace(privacy, check_share=0.0)
     base = replace(config, privacy=privacy)
@@ -228,17 +227,16 @@ def _server_only(config: ExperimentConfig, privacy, record: dict,
     (:attr:`~fedkmeans.tuning.estimates.PrivateEstimates.too_few_clients`), so every
     release of the protocol would be dominated by noise and the check could only pick
     its centers by chance. The run returns ``server-lloyds`` (T = 0) and releases
-    nothing more: it spends the estimate round's share of the budget only.
-    Post-processing of that release.
+    nothing more: it spends the estimate round's share of the budget only. The check's
+    clip stays ``auto`` (no check runs). Post-processing of that release.
     """
-    privacy = replace(privacy, check_share=0.0, lloyds_steps=0,
-                      split=privacy.split if privacy.split != AUTO else SPLITS[0])
+    privacy = replace(privacy, check_share=0.0, lloyds_steps=0)
     record["why"]["algorithm"] = (
-        f"server-lloyds, no protocol round: the estimate round's noisy count of clients "
-        f"({estimates.num_clients:.1f}) is at or below its noise floor "
-        f"({noise_floor(estimates.sigma, 1):.1f}), so at this epsilon the protocol's "
-        "releases would be dominated by noise")
-    return _finish(replace(config, algorithm=SERVER_ONLY, privacy=privacy), record)
+        f"{SERVER_LLOYDS.name}, no protocol round: the estimate round's noisy count of "
+        f"clients ({estimates.num_clients:.1f}) is at or below its noise floor "
+        f"({estimates.count_floor:.1f}), so at this epsilon the protocol's releases would "
+        "be dominated by noise")
+    return _finish(replace(config, algorithm=SERVER_LLOYDS.name, privacy=privacy), record)
 
 
 def _with_check(config: ExperimentConfig, *, subspace: bool) -> ExperimentConfig:
