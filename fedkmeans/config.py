@@ -43,7 +43,7 @@ from fedkmeans.schema import (
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
            "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
-           "parse_config", "validate"]
+           "nested_config", "parse_config", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -393,6 +393,21 @@ HAND_FLAT = {"privacy." + name.replace("_", "-"): value for name, value in HAND_
 CLIENT_KEYS = tuple(f.name for f in _PRIVACY if f.metadata.get("node"))
 #: Their flat keys (as requests carry them) -> attribute names.
 CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
+
+
+def nested_config(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted flat keys as nested tables (TOML run configs, Hydra's stored nodes).
+
+    ``{"data.name": "x", "k": 5}`` -> ``{"data": {"name": "x"}, "k": 5}``.
+    """
+    nested: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        *sections, leaf = dotted.split(".")
+        node = nested
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
+    return nested
 
 
 def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:

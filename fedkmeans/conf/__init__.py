@@ -13,34 +13,20 @@ Stored in Hydra's ``ConfigStore`` when this package is imported:
 
 from __future__ import annotations
 
-from typing import Any
-
 from hydra.core.config_store import ConfigStore
 
-from fedkmeans.config import hand_defaults
+from fedkmeans.config import hand_defaults, nested_config
 from fedkmeans.data import catalog
 
 #: The groups whose options are generated here (no directory of their own).
 GENERATED_GROUPS = ("dataset",)
 
 
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"data.name": "x", "k": 5}`` -> ``{"data": {"name": "x"}, "k": 5}``."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *sections, name = key.split(".")
-        node = out
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[name] = value
-    return out
-
-
 def _store_dataset(spec: catalog.Dataset) -> None:
     for option, keys in spec.options().items():
-        ConfigStore.instance().store(group="dataset", name=option, node=nested(keys),
+        ConfigStore.instance().store(group="dataset", name=option, node=nested_config(keys),
                                      package="_global_")
 
 
-ConfigStore.instance().store(name="base", node=nested(hand_defaults()))
+ConfigStore.instance().store(name="base", node=nested_config(hand_defaults()))
 catalog.subscribe(_store_dataset)

@@ -23,7 +23,7 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10 (tomli comes with flwr)
     import tomli as tomllib
 
-from fedkmeans.config import parse_config
+from fedkmeans.config import nested_config, parse_config
 from fedkmeans.deploy.commands import flwr_cli, json_output, superlink_command, supernode_command
 from fedkmeans.deploy.layout import (
     CONNECTION,
@@ -33,10 +33,7 @@ from fedkmeans.deploy.layout import (
     log_tail,
     read_json,
 )
-from fedkmeans.engines.flower import (
-    PROJECT_DIR,
-    nested_config,
-)
+from fedkmeans.engines.flower import PROJECT_DIR
 
 LOG = logging.getLogger(__name__)
 

@@ -142,18 +142,6 @@ def flower_env(flwr_home: Path) -> dict[str, str]:
     return env
 
 
-def nested_config(flat: Mapping) -> dict:
-    """Dotted flat keys as nested tables (``{"a.b": 1}`` -> ``{"a": {"b": 1}}``) for TOML."""
-    nested: dict = {}
-    for key, value in flat.items():
-        *sections, leaf = key.split(".")
-        node = nested
-        for section in sections:
-            node = node.setdefault(section, {})
-        node[leaf] = value
-    return nested
-
-
 def processes_with_env(name: str, value: str) -> list[int]:
     """PIDs of processes whose environment has ``name=value``, this process excluded.
 
@@ -250,6 +238,8 @@ def run_flower(
     FlowerRunError
         The run ended without writing ``result.json`` (the log tail is included).
     """
+    from fedkmeans.config import nested_config  # not at import: the watchdog loads this module
+
     result_path = Path(flat_config["output-dir"]) / "result.json"
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="fedkmeans-flwr-") as tmp:
