@@ -97,8 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=None,
                    help="dimension of the statistics (canary 20, release 4)")
     p.add_argument("--k", type=int, default=10, help="number of clusters")
-    p.add_argument("--count-noise", choices=tuple(registry.MECHANISMS),
-                   default=registry.LAPLACE.name)
+    p.add_argument("--count-noise", choices=("auto", *registry.MECHANISMS), default="auto",
+                   help="the counts' noise (auto: Gaussian, the data-point level's; the "
+                   "game is data-point level, where Laplace counts are refused)")
     p.add_argument("--under-noise", action="store_true",
                    help="plant docs/facts.md 'Reference bug 1': step-1 noise "
                         "calibrated to Delta, not Delta^2")
@@ -158,7 +159,9 @@ def _release_setups(args: argparse.Namespace) -> list[AuditSetup]:
                        max_points=args.max_points, count_noise=noise,
                        aggregation=args.aggregation, sampling_rate=args.sampling_rate,
                        epsilon=args.epsilon, delta=args.delta, seed=args.seed)
-            for level in levels for noise in noises]
+            for level in levels
+            # data-point counts are Gaussian (the joint clip of sums and counts)
+            for noise in (noises if level == "client" else (registry.GAUSSIAN.name,))]
 
 
 def _print_rows(rows: list[SensitivityRow], as_json: bool) -> None:

@@ -191,19 +191,29 @@ class PrivacyConfig:
     #: Delta: every point is clipped to this l2 norm (the reference uses 10.57 for the
     #: mixture: docs/facts.md, "Data radius of the mixture").
     data_radius: float | str = key(AUTO, _CLIP, hand=11.0, node=True)
-    #: Noise on cluster counts (a registered mechanism). Must be gaussian when
-    #: ``sampling_rate < 1``, so that a round releasing sums and counts is accounted as
-    #: one subsampled Gaussian, and under secagg.
+    #: Noise on cluster counts (a registered mechanism, or ``auto``: Gaussian at
+    #: data-point level, under secagg and with ``sampling_rate < 1``, else Laplace).
+    #: Gaussian at data-point level, where the server clips a client's sums and counts
+    #: jointly (a projection in the Gaussian noise's metric: docs/privacy.md); Gaussian
+    #: when ``sampling_rate < 1``, so that a round releasing sums and counts is
+    #: accounted as one subsampled Gaussian, and under secagg.
     count_noise: str = key(
-        "laplace", Dependent(lambda c: one_of(tuple(MECHANISMS))),
+        AUTO, Dependent(lambda c: one_of((AUTO, *MECHANISMS))),
+        when(lambda c: c.privacy.level == "datapoint" and c.privacy.is_private, Constraint(
+            lambda v: v == AUTO or mechanism(v).joint_in_cohort,
+            "'auto' or 'gaussian' at data-point level (the server scales a client's sums and "
+            "counts by one factor, a projection that needs Gaussian noise on both; see "
+            "docs/privacy.md)")),
         when(lambda c: c.privacy.sampling_rate < 1 and c.privacy.is_private, Constraint(
-            lambda v: mechanism(v).joint_in_cohort,
-            "'gaussian' when privacy.sampling-rate < 1 (sums and counts from one sampled "
-            "cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling trap')")),
+            lambda v: v == AUTO or mechanism(v).joint_in_cohort,
+            "'auto' or 'gaussian' when privacy.sampling-rate < 1 (sums and counts from one "
+            "sampled cohort are one subsampled mechanism; see docs/facts.md, 'Subsampling "
+            "trap')")),
         when(_secagg, Constraint(
-            lambda v: mechanism(v).additive_shares,
-            "'gaussian' when privacy.aggregation = 'secagg' (noise shares must add up to the "
-            "calibrated noise; Laplace noise does not split into shares)")))
+            lambda v: v == AUTO or mechanism(v).additive_shares,
+            "'auto' or 'gaussian' when privacy.aggregation = 'secagg' (noise shares must add "
+            "up to the calibrated noise; Laplace noise does not split into shares)")),
+        by_level=True)
     #: Poisson sampling rate q of clients per private round (1 = every client).
     sampling_rate: float = key(1.0, interval(0, 1), when(_secagg, Constraint(
         lambda v: v == 1,
@@ -272,6 +282,20 @@ class PrivacyConfig:
     def is_private(self) -> bool:
         """False when epsilon is infinite (no noise and no clipping)."""
         return math.isfinite(self.epsilon)
+
+    @property
+    def count_mechanism(self) -> str:
+        """The mechanism of the cluster counts: ``count_noise``, with ``auto`` resolved.
+
+        ``auto`` is Gaussian wherever Gaussian counts are needed (data-point level,
+        ``sampling_rate < 1``, secagg) and Laplace otherwise (client level, where a
+        client's counts are clipped in l1 and Laplace uses that norm exactly).
+        """
+        if self.count_noise != AUTO:
+            return self.count_noise
+        gaussian = self.level == "datapoint" or self.sampling_rate < 1 \
+            or self.aggregation == "secagg"
+        return "gaussian" if gaussian else "laplace"
 
     @property
     def auto_keys(self) -> tuple[str, ...]:
@@ -381,7 +405,9 @@ class ExperimentConfig:
 _SECTIONS = {"data": DataConfig, "privacy": PrivacyConfig, "federation": FederationConfig}
 _PRIVACY = fields(PrivacyConfig)
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
-AUTO_KEYS = tuple(f.name for f in _PRIVACY if f.default == AUTO)
+#: (``count_noise``'s ``auto`` is fixed by the level, not estimated: ``count_mechanism``.)
+AUTO_KEYS = tuple(f.name for f in _PRIVACY if f.default == AUTO
+                  and not f.metadata.get("by_level"))
 #: The paper's hand settings of the ``auto`` keys (``tuning=none``), by attribute; the
 #: thresholds and the check's clip have none (they stay ``auto``).
 HAND_SETTINGS = {f.name: f.metadata["hand"] for f in _PRIVACY if "hand" in f.metadata}

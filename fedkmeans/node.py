@@ -33,10 +33,12 @@ from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.privacy.budget import joint_groups, joint_radius, reachable_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
     clip_upper_triangles,
+    joint_clip_factors,
     triangle_weights,
 )
 from fedkmeans.privacy.distributed import encode, node_contribution
@@ -583,6 +585,15 @@ class NodeData:
             One array per statistic (in ``stats`` order), values ``2 k / Q``.
         """
         bounds = statistic_bounds(self.config.privacy)
+        reach = reachable_bounds(bounds, {name: share_stds[name] for name in stats})
+        stats = dict(stats)
+        for group in joint_groups(bounds, list(stats)):  # the server's joint clip
+            radius = joint_radius([bounds[n] for n in group], [share_stds[n] for n in group])
+            factors, clamped = joint_clip_factors(
+                [stats[n] for n in group], [share_stds[n] for n in group], radius,
+                [bounds[n].norm == "l1_nonnegative" for n in group])
+            stats.update({n: c * factors.reshape(-1, *([1] * (c.ndim - 1)))
+                          for n, c in zip(group, clamped, strict=True)})
         out = []
         for name, values in stats.items():
             stage = f"{round_name}/{name}"
@@ -591,7 +602,7 @@ class NodeData:
                 for c in clients
             ]
             total = node_contribution(
-                values, bounds[name].server_bound, bounds[name].norm, share_stds[name], rngs,
+                values, reach[name], bounds[name].norm, share_stds[name], rngs,
                 symmetric=name == "covariance",
             )
             out.append(encode(total, steps[name], q_range))

@@ -27,8 +27,8 @@ from fedkmeans.stages import spec
 FAST = ["--path", "release", "--max-points", "16", "--trials", "0", "--dim", "3"]
 EXPECTED = {
     "datapoint": {"init-1/covariance": 121.0, "init-2/histogram": 32 / 17,
-                  "init-3/sums": 11.0, "init-3/counts": 32 / 17, "lloyds-1/sums": 11.0,
-                  "lloyds-1/counts": 32 / 17, "check/cost_difference": 60.5},
+                  "init-3/sums": 11.0, "init-3/counts": 1.0, "lloyds-1/sums": 11.0,
+                  "lloyds-1/counts": 1.0, "check/cost_difference": 60.5},
     "client": {"init-1/covariance": 6050.0, "init-2/histogram": 50.0, "init-3/sums": 550.0,
                "init-3/counts": 50.0, "lloyds-1/sums": 550.0, "lloyds-1/counts": 50.0,
                "check/cost_difference": 60.5 * 16},
@@ -65,8 +65,9 @@ def test_clean_code_passes_with_hand_computed_changes(level):
     assert [r.status for r in rows] == ["ok"] * len(rows)
     # the recorded sensitivities: the bounds the measured changes come within B / (B + 1)
     recorded = {r.release: r.recorded for r in rows}
-    if level == "datapoint":
-        assert recorded["init-2/histogram"] == recorded["init-3/counts"] == 2.0
+    if level == "datapoint":  # the histogram's radial l1 clip; the counts' joint one
+        assert recorded["init-2/histogram"] == 2.0
+        assert recorded["init-3/counts"] == recorded["lloyds-1/counts"] == 1.0
     assert all(r.tightness >= 16 / 17 - 1e-12 for r in rows)
 
 
@@ -83,7 +84,8 @@ def test_every_planned_release_has_a_row_derived_from_the_registry():
 def test_command_on_clean_code_returns(capsys):
     results = audit_cli.main([*FAST, "--level", "both"])
     planned = len(sa.planned_releases(AuditSetup().config()))
-    assert len(results) == 2 * planned + 4  # both count noises: the counts rows twice
+    # both count noises at client level (its counts rows twice); Gaussian at data-point
+    assert len(results) == 2 * planned + 2
     assert not any(r.failed for r in results)
     assert "FAILED" not in capsys.readouterr().out
 
@@ -114,7 +116,10 @@ def test_planted_client_clip_off_fails_the_command(monkeypatch, capsys):
     monkeypatch.setattr(node_module, "clip_rows_l2", lambda x, radius: x)
     rows = _ours(sensitivity_audit(AuditSetup(level="datapoint", dim=3, max_points=1000)))
     failed = {r.release: r.measured for r in rows if r.failed}
-    assert set(failed) == {"init-1/covariance", "init-3/sums", "lloyds-1/sums"}
+    # the counts fail too: the unclipped point pushes the client at the cap past the
+    # joint clip's radius, whose one factor then moves its counts by 4.5 (> 1)
+    assert set(failed) == {"init-1/covariance", "init-3/sums", "lloyds-1/sums",
+                           "init-3/counts", "lloyds-1/counts"}
     # the issue's example: one point of norm 100 Delta moves the sums by 1,100 (the
     # server's clip, B Delta = 11,000, does not reach it), against a ledger of 11
     assert failed["init-3/sums"] == failed["lloyds-1/sums"] == pytest.approx(1100.0)
@@ -152,9 +157,11 @@ def test_planted_client_clip_off_also_raises_eps_lb():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(node_module, "clip_rows_l2", lambda x, radius: x)
         planted = audit_release(setup, "lloyds-1/sums", trials=300, selection=200)
-    # B = 16: the server's clip (B Delta = 176) stops the point; a client at the cap
-    # (16 points at Delta e_1) gaining it moves by |(1100 s, 176 s - 176)|, s = 176 /
-    # sqrt(1100^2 + 176^2)
-    s = 176 / math.hypot(1100, 176)
-    assert planted.measured_change == pytest.approx(math.hypot(1100 * s, 176 * s - 176))
+    # B = 16: the server's joint clip stops the point; a client at the cap (16 points at
+    # Delta e_1) gaining it is scaled by one factor f (its sums and counts together) and
+    # moves by |(1100 f, 176 f - 176)|; f lies between the factor of its sums alone,
+    # s = 176 / sqrt(1100^2 + 176^2), and that of its counts alone, 16 / sqrt(16^2 + 1)
+    s, c = 176 / math.hypot(1100, 176), 16 / math.hypot(16, 1)
+    low, high = (math.hypot(1100 * f, 176 * f - 176) for f in (s, c))
+    assert low <= planted.measured_change <= high
     assert planted.failed and planted.epsilon_lb > 3.0, planted

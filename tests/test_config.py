@@ -101,10 +101,27 @@ def test_unknown_key_is_rejected_with_the_valid_keys():
 
 
 def test_sampling_with_laplace_counts_is_rejected():
-    with pytest.raises(ConfigError, match="privacy.count-noise"):
-        parse_config({"privacy.sampling-rate": 0.1})
+    with pytest.raises(ConfigError, match="privacy.count-noise.*sampling-rate"):
+        parse_config({"privacy.sampling-rate": 0.1, "privacy.level": "client",
+                      "privacy.count-noise": "laplace"})
     config = parse_config({"privacy.sampling-rate": 0.1, "privacy.count-noise": "gaussian"})
     assert config.privacy.sampling_rate == 0.1
+
+
+def test_count_noise_auto_is_gaussian_wherever_gaussian_is_needed():
+    def mechanism(**flat):
+        return parse_config({f"privacy.{k.replace('_', '-')}": v
+                             for k, v in flat.items()}).privacy.count_mechanism
+
+    assert mechanism() == "gaussian"  # data-point level: the joint clip of sums and counts
+    assert mechanism(level="client") == "laplace"
+    assert mechanism(level="client", sampling_rate=0.5) == "gaussian"
+    assert mechanism(level="client", aggregation="secagg") == "gaussian"
+    assert mechanism(level="client", count_noise="gaussian") == "gaussian"
+    with pytest.raises(ConfigError, match="privacy.count-noise.*data-point level"):
+        parse_config({"privacy.count-noise": "laplace"})
+    # non-private: nothing is clipped, any noise name is accepted
+    assert mechanism(count_noise="laplace", epsilon="inf") == "laplace"
 
 
 def test_infinite_epsilon_is_non_private_and_split_accepts_lists():

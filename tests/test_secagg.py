@@ -140,7 +140,8 @@ def test_flowers_quantizer_is_exact_on_our_grid_and_the_sum_is_recovered():
     "flat, key",
     [
         ({"privacy.aggregation": "mpc"}, "privacy.aggregation"),
-        ({"privacy.aggregation": "secagg"}, "privacy.count-noise"),  # Laplace default
+        ({"privacy.aggregation": "secagg", "privacy.level": "client",
+          "privacy.count-noise": "laplace"}, "privacy.count-noise"),
         ({**SECAGG, "privacy.sampling-rate": 0.5}, "privacy.sampling-rate"),
         ({**SECAGG, "privacy.epsilon": "inf"}, "privacy.aggregation"),
         ({**SECAGG, "algorithm": "kfed"}, "privacy.aggregation"),
@@ -399,20 +400,22 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
 
 
 # -- the defaults (tuning=auto: estimate round, final private choice) under SecAgg -------
-def test_the_defaults_under_secagg_are_refused_in_one_line_before_any_release(tmp_path):
-    """Laplace counts (the default) cannot be split into noise shares: refused up front."""
+def test_laplace_counts_under_secagg_are_refused_in_one_line_before_any_release(tmp_path):
+    """Laplace counts cannot be split into noise shares: refused up front (the default,
+    ``auto``, is Gaussian under SecAgg)."""
     from fedkmeans.config import ConfigError
     from fedkmeans.experiment import run
 
     with pytest.raises(ConfigError, match="privacy.count-noise") as refused:
-        run(["privacy.aggregation=secagg", f"output-dir={tmp_path / 'out'}"])
+        run(["privacy.aggregation=secagg", "privacy=client", "privacy.count-noise=laplace",
+             f"output-dir={tmp_path / 'out'}"])
     assert "\n" not in str(refused.value) and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("engine", [
     "inprocess", pytest.param("flower", marks=[pytest.mark.flower, pytest.mark.slow])])
 @pytest.mark.slow
-def test_the_defaults_with_gaussian_counts_complete_under_secagg(small_config, tmp_path, engine):
+def test_the_defaults_complete_under_secagg(small_config, tmp_path, engine):
     """Every stage of a default run (estimate round, FedDP-Init, the final choice) sums
     under SecAgg+: the run completes within the target on both engines."""
     from fedkmeans.experiment import run
@@ -420,7 +423,7 @@ def test_the_defaults_with_gaussian_counts_complete_under_secagg(small_config, t
     small = [f"{key}={value}" for key, value in small_config.items()
              if key not in ("output-dir", "privacy.data-radius", "privacy.max-points-per-client",
                             *PAPER)]
-    result = run([*small, "privacy.aggregation=secagg", "privacy.count-noise=gaussian",
+    result = run([*small, "privacy.aggregation=secagg",
                   f"federation.engine={engine}", f"output-dir={tmp_path / engine}"])
     stages = [r["stage"] for r in result["privacy"]["releases"]]
     assert stages[0] == "estimate/estimates" and stages[-1] == "check/cost_difference"

@@ -197,7 +197,7 @@ def canary_game(
     dim: int = 20,
     k: int = 10,
     base_points: int = 50,
-    count_noise: str = registry.LAPLACE.name,
+    count_noise: str = "auto",
     budget: str = "standalone",
     under_noise: bool = False,
     seed: int = 0,
@@ -220,7 +220,9 @@ def canary_game(
     base_points : int
         Size of the fixed dataset D (>= 1).
     count_noise : str
-        The counts' mechanism (a name of :data:`fedkmeans.privacy.registry.MECHANISMS`).
+        The counts' mechanism (a name of :data:`fedkmeans.privacy.registry.MECHANISMS`,
+        or ``auto``: Gaussian, as at data-point level the counts are clipped jointly with
+        the sums; Laplace counts are client level's).
     budget : {"standalone", "run"}
     under_noise : bool
         Calibrate the step-1 noise to Delta instead of Delta^2 (a planted bug).
@@ -235,9 +237,10 @@ def canary_game(
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
-    if count_noise not in registry.MECHANISMS:
+    if count_noise not in ("auto", *registry.MECHANISMS):
         raise ValueError(
-            f"count_noise must be one of {tuple(registry.MECHANISMS)}, got {count_noise!r}")
+            f"count_noise must be 'auto' or one of {tuple(registry.MECHANISMS)}, "
+            f"got {count_noise!r}")
     if under_noise and mechanism != "covariance":
         raise ValueError(
             f"under_noise plants the step-1 bug and needs mechanism='covariance', got {mechanism!r}"

@@ -55,9 +55,9 @@ from fedkmeans.attacks.sensitivity_audit import (
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
-from fedkmeans.server.aggregation import clipped_sum
+from fedkmeans.server.aggregation import folded_sum
 from fedkmeans.server.replies import Replies
-from fedkmeans.stages import stage_of_round, statistic_bounds
+from fedkmeans.stages import stage_of_round
 
 __all__ = ["ReleaseAuditResult", "audit_release", "legacy_plan"]
 
@@ -198,7 +198,6 @@ def audit_release(
     alone = calibrate([planned], epsilon=setup.epsilon, delta=delta)[0]
     accountant = PrivacyAccountant()
     accountant.record(alone)
-    bound = statistic_bounds(config.privacy)[statistic]
     symmetric = any(s.symmetric for s in stage_of_round(planned.group).statistics
                     if s.name == statistic)
     order = registry.mechanism(alone.mechanism).order
@@ -212,7 +211,11 @@ def audit_release(
             pair = {w: run_world(setup, points, plan, tmp, streaming=False)
                     for w, points in (("out", candidate.world_out), ("in", candidate.world_in))}
             rows = {w: run.replies[planned.group] for w, run in pair.items()}
-            means = {w: clipped_sum(r.stats[statistic], bound.server_bound, bound.norm)
+            for run in pair.values():  # the release alone, as the trials release it
+                run.context.releases[release] = alone
+            # the server's clip (a joint statistic with the others of its group)
+            means = {w: folded_sum(r.stats, statistic,
+                                   pair[w].context.folds(planned.group, r.stats))
                      for w, r in rows.items()}
             change = float(np.linalg.norm(np.ravel(means["in"] - means["out"]), ord=order))
             worlds[candidate.name] = (change, candidate, pair, rows, means)
@@ -228,7 +231,7 @@ def audit_release(
         for i in range(n):
             cohort = np.isin(replies.client_ids, ctx.sample(planned.group))
             drawn = Replies(replies.client_ids[cohort],
-                            {statistic: replies.stats[statistic][cohort]})
+                            {name: rows_[cohort] for name, rows_ in replies.stats.items()})
             ctx.accountant = PrivacyAccountant()  # one release per trial: keep it short
             noisy = ctx.release(drawn, statistic, release, symmetric=symmetric)
             out[i] = release_llr(alone.mechanism, alone.noise_scale, noisy[None],

@@ -40,6 +40,33 @@ If one point moves one client's statistic by at most ``(l1, l2)``:
   and ``g``'s neighbours ``g - e_i`` (inside the ball) are then
   ``||e_i - v||_1 = 2 (1 - v_i)`` away, which approaches 2 when ``g`` has many bins.
 
+* **Joint statistics** (a stage's cluster sums ``S`` and counts ``c``, declared
+  ``joint``): clipped on their own, a client above the cap would get one factor on its
+  sums and another on its counts, and its pull ``S_r / c_r`` on every center would
+  move. No per-statistic clip can avoid this: any map ``x -> w(n) x / n`` that keeps a
+  client's means and caps its weight ``w`` moves the sums by more than ``l2`` for some
+  neighbour (a client of ``n`` points at ``-Delta u`` gaining one at ``+Delta u``:
+  ``Delta (w(n) - w(n+1) + 2 w(n+1) / (n+1))``, which exceeds ``Delta`` as soon as
+  ``w(n+1) < n + 1``). So the server scales the pair by **one** factor, the Euclidean
+  projection in the noise's own metric: with ``sigma_s, sigma_c`` the two releases'
+  noise standard deviations (both Gaussian), the client's whitened value
+  ``z = (S / sigma_s, c_+ / sigma_c)`` (``c_+``: negative counts set to 0) is
+  projected onto the ball of radius ``R = sqrt((n_max l2_s / sigma_s)^2 +
+  (n_max l2_c / sigma_c)^2)`` (:func:`joint_radius`). The map "clamp to the cone
+  ``c >= 0``, then scale radially" is the projection onto that cone intersected with
+  the ball, hence 1-Lipschitz in the whitened l2 norm. One point moves ``z`` by at
+  most ``L = sqrt((l2_s / sigma_s)^2 + (l2_c / sigma_c)^2)``, so the clipped
+  whitened sum moves by at most ``L``, and the noisy pair, ``unwhiten(z + N(0, I))``,
+  is one Gaussian mechanism with ``mu = L``: exactly the composition of the two
+  releases the ledger records, Gaussian sums of sensitivity ``l2_s`` and Gaussian
+  counts of sensitivity ``l2_c = 1`` (no ``sqrt(2)``: the l1 clip is gone). A client
+  of ``n <= n_max`` points has ``||z|| <= n L <= R`` and is never scaled; a larger one
+  is scaled as a whole, so the clip costs weight, never bias. Laplace counts cannot
+  join (their metric is l1): at data-point level the counts are Gaussian
+  (``privacy.count-noise``). Each statistic on its own may then move by slightly more
+  than its ``l2`` (the two share the whitened bound ``L``), which is why
+  :mod:`fedkmeans.attacks.sensitivity_audit` measures such a pair jointly.
+
 Client level (each client clips its own statistic to ``C``; the server re-clips to the
 same ``C``): adding or removing a client adds or removes one clipped statistic, whose
 norm is at most ``C`` in the clip's norm, so the sensitivity is **C**. For counts and
@@ -53,7 +80,7 @@ clipping, summation, calibration and mechanism.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -77,6 +104,10 @@ class StatisticBound:
         releases) and in l2 (Gaussian releases); the derivations are in the module
         docstring. ``l1_sensitivity`` is ``inf`` for statistics never released with
         Laplace noise.
+    joint : str
+        Non-empty at data-point level for a statistic the server clips together with
+        the others of the same name in its stage (cluster sums and counts), by one
+        factor per client in the noise's metric (module docstring, :func:`joint_radius`).
     """
 
     norm: str
@@ -84,6 +115,7 @@ class StatisticBound:
     server_bound: float
     l1_sensitivity: float
     l2_sensitivity: float
+    joint: str = ""
 
     def sensitivity(self, mechanism: str) -> float:
         """The sensitivity a release with ``mechanism`` must use (in its norm)."""
@@ -113,6 +145,7 @@ def bound_of(
     norm: str,
     per_point: Callable[[Any], tuple[float, float]],
     client_bound: Callable[[Any], float],
+    joint: str = "",
 ) -> StatisticBound:
     """Clip bounds and sensitivities of one statistic (derivations: module docstring).
 
@@ -127,16 +160,20 @@ def bound_of(
         (points of norm at most Delta = ``privacy.data_radius``).
     client_bound : callable
         ``client_bound(privacy) -> C``: the client-level bound.
+    joint : str
+        The statistic's joint group (``""``: clipped on its own). At data-point level
+        a joint statistic is clipped with the others of its group (module docstring):
+        its l2 sensitivity is one point's ``l2`` and it has no l1 sensitivity.
     """
     if privacy.level == "datapoint":
         l1, l2 = per_point(privacy)
-        lip1, lip2 = _CLIP_LIPSCHITZ[norm]
-        per_client = l2 if norm == "l2" else l1
+        lip1, lip2 = (math.inf, 1.0) if joint else _CLIP_LIPSCHITZ[norm]
+        per_client = l2 if norm == "l2" or joint else l1
         n_max = privacy.max_points_per_client
         return StatisticBound(
             norm=norm, client_bound=math.inf,
             server_bound=(UNDECLARED_MAX_POINTS if n_max == "auto" else n_max) * per_client,
-            l1_sensitivity=lip1 * l1, l2_sensitivity=lip2 * l2,
+            l1_sensitivity=lip1 * l1, l2_sensitivity=lip2 * l2, joint=joint,
         )
     bound = client_bound(privacy)
     return StatisticBound(
@@ -144,3 +181,50 @@ def bound_of(
         l1_sensitivity=bound if norm == "l1_nonnegative" else math.inf,
         l2_sensitivity=bound,
     )
+
+
+def joint_radius(bounds: Sequence[StatisticBound], stds: Sequence[float]) -> float:
+    """Radius ``R`` of the joint clip of a group of statistics, in whitened units.
+
+    ``R = sqrt(sum_i (B_i / sigma_i)^2)`` with ``B_i`` each statistic's server bound
+    (``n_max`` points' worth) and ``sigma_i`` its release's noise standard deviation:
+    a client's whitened value ``(x_1 / sigma_1, x_2 / sigma_2, ...)`` is projected onto
+    the ball of this radius (module docstring, "Joint statistics"), which holds every
+    client of at most ``n_max`` points unscaled.
+
+    Parameters
+    ----------
+    bounds : sequence of StatisticBound
+        The group's statistics, in the order of ``stds``.
+    stds : sequence of float
+        Positive noise standard deviations (any common multiple gives the same clip:
+        the SecAgg shares' standard deviations are one).
+    """
+    if len(bounds) != len(stds) or not all(s > 0 for s in stds):
+        raise ValueError(f"need one positive std per statistic, got {list(stds)}")
+    return math.sqrt(sum((b.server_bound / s) ** 2 for b, s in zip(bounds, stds, strict=True)))
+
+
+def joint_groups(bounds: Mapping[str, StatisticBound], names: Sequence[str]) -> list[list[str]]:
+    """The joint groups among ``names``, each in ``names``' order (module docstring)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if bounds[name].joint:
+            groups.setdefault(bounds[name].joint, []).append(name)
+    return list(groups.values())
+
+
+def reachable_bounds(
+    bounds: Mapping[str, StatisticBound], stds: Mapping[str, float]
+) -> dict[str, float]:
+    """The largest norm each statistic of ``stds`` has after the server's clip.
+
+    A statistic clipped on its own reaches its ``server_bound``; a member of a joint
+    group reaches ``R sigma_i`` (its whole whitened radius, :func:`joint_radius`). The
+    SecAgg encoding sizes its range from these.
+    """
+    out = {name: bounds[name].server_bound for name in stds}
+    for group in joint_groups(bounds, list(stds)):
+        radius = joint_radius([bounds[n] for n in group], [stds[n] for n in group])
+        out.update({n: radius * stds[n] for n in group})
+    return out

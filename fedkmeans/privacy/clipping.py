@@ -15,8 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
-    "clip_factors", "clip_rows_l2", "clip_l2", "clip_l1", "clip_l1_nonnegative",
-    "clip_stacked", "clip_upper_triangles", "triangle_weights",
+    "clip_factors", "clip_l1", "clip_l1_nonnegative", "clip_l2", "clip_rows_l2",
+    "clip_stacked", "clip_upper_triangles", "joint_clip_factors", "triangle_weights",
 ]
 
 _NORMS = ("l2", "l1", "l1_nonnegative")
@@ -91,6 +91,44 @@ def clip_factors(
         still = still[_norms(flat[still] * factor[still, None], kind, weights) > bound]
         factor[still] *= _SHRINK
     return factor
+
+
+def joint_clip_factors(
+    rows: list[NDArray[np.floating]], scales: list[float], bound: float,
+    nonnegative: list[bool],
+) -> tuple[NDArray[np.floating], list[NDArray[np.floating]]]:
+    """One factor per client that clips a group of statistics together.
+
+    Each statistic ``x_i`` (rows of shape (m, ...)) is first set to ``max(x_i, 0)``
+    where ``nonnegative[i]`` (counts), then the client's whitened value
+    ``(x_1 / scales[0], x_2 / scales[1], ...)`` is clipped to l2 norm ``bound``
+    (:func:`clip_factors`). Clamping to a convex cone and then scaling radially is the
+    projection onto the cone intersected with the ball, so the map is 1-Lipschitz in
+    the whitened l2 norm, and every statistic of a client is scaled by one factor
+    (:mod:`fedkmeans.privacy.budget`, "Joint statistics").
+
+    Parameters
+    ----------
+    rows : list of ndarray of shape (m, ...)
+        The group's statistics, one row per client (only read).
+    scales : list of float
+        Positive divisors of each statistic in the joint norm (noise stds).
+    bound : float
+        In ``(0, inf]``.
+    nonnegative : list of bool
+
+    Returns
+    -------
+    factors : ndarray of shape (m,)
+    prepared : list of ndarray
+        The rows, clamped where ``nonnegative`` (new arrays there, the inputs otherwise).
+    """
+    prepared = [np.maximum(r, 0.0) if nonneg else np.asarray(r, dtype=np.float64)
+                for r, nonneg in zip(rows, nonnegative, strict=True)]
+    m = prepared[0].shape[0]
+    whitened = np.concatenate(
+        [r.reshape(m, -1) / s for r, s in zip(prepared, scales, strict=True)], axis=1)
+    return clip_factors(whitened, bound, "l2"), prepared
 
 
 def _clip_flat(

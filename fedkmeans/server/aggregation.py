@@ -23,9 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.privacy.clipping import clip_factors, clip_stacked, triangle_weights
+from fedkmeans.privacy.clipping import (
+    clip_factors,
+    clip_stacked,
+    joint_clip_factors,
+    triangle_weights,
+)
 
-__all__ = ["CLIP_CHUNK", "Fold", "RunningSums", "clipped_sum", "clipped_triangle_sum"]
+__all__ = ["CLIP_CHUNK", "Fold", "RunningSums", "clipped_sum", "clipped_triangle_sum",
+           "folded_sum", "joint_factors"]
 
 #: Rows clipped at a time: bounds the server's extra memory to one chunk of rows.
 CLIP_CHUNK = 1024
@@ -42,10 +48,20 @@ class Fold:
         non-private sum).
     norm : {"l2", "l1", "l1_nonnegative"}
         The norm of the bound (:func:`~fedkmeans.privacy.clipping.clip_stacked`).
+        In a joint group, ``"l1_nonnegative"`` only sets negative entries to 0 first.
+    joint : str
+        The statistic's joint group (``""``: clipped on its own).
+    scale : float
+        Divides the statistic in the group's norm (its release's noise std).
     """
 
     bound: float = math.inf
     norm: str = "l2"
+    #: Non-empty: the statistic is clipped with the other folds of this group by one
+    #: factor per client (:func:`joint_factors`); ``bound`` is then the group's
+    #: radius in whitened units and ``scale`` this statistic's noise standard deviation.
+    joint: str = ""
+    scale: float = 1.0
 
 
 def _chunked_sum(values: np.ndarray, clip: Callable[[np.ndarray], np.ndarray] | None):
@@ -55,6 +71,46 @@ def _chunked_sum(values: np.ndarray, clip: Callable[[np.ndarray], np.ndarray] | 
         chunk = values[start:start + CLIP_CHUNK]
         total += (chunk if clip is None else clip(chunk)).sum(axis=0)
     return total
+
+
+def joint_factors(
+    rows: Mapping[str, np.ndarray], folds: Mapping[str, Fold]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One clip factor per client for each joint group of ``rows``.
+
+    A group's statistics ``x_i`` (rows of shape (m, ...)) are clamped to ``>= 0`` where
+    their fold's norm is ``"l1_nonnegative"`` and the client's whitened value
+    ``(x_1 / scale_1, x_2 / scale_2, ...)`` is clipped to the group's ``bound`` in l2
+    (:func:`~fedkmeans.privacy.clipping.clip_factors`): the projection onto the cone
+    of non-negative counts intersected with a ball, 1-Lipschitz in the noise's metric,
+    which scales every statistic of a client by the same factor
+    (:mod:`fedkmeans.privacy.budget`, "Joint statistics").
+
+    Returns
+    -------
+    factors : dict of str to ndarray of shape (m,)
+        Per joint statistic, its group's factors (absent: not joint, or no clipping).
+    prepared : dict of str to ndarray
+        Per joint statistic, its rows with negative counts set to 0 (read-only input
+        rows are not modified).
+    """
+    groups: dict[str, list[str]] = {}
+    for name, fold in folds.items():
+        if fold.joint and name in rows and not math.isinf(fold.bound):
+            groups.setdefault(fold.joint, []).append(name)
+    factors, prepared = {}, {}
+    for names in groups.values():
+        common, clamped = joint_clip_factors(
+            [rows[n] for n in names], [folds[n].scale for n in names], folds[names[0]].bound,
+            [folds[n].norm == "l1_nonnegative" for n in names])
+        factors.update({n: common for n in names})
+        prepared.update(zip(names, clamped, strict=True))
+    return factors, prepared
+
+
+def _scaled_sum(values: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """``sum_i factors[i] * values[i]`` (shape of one row), without copying ``values``."""
+    return (factors @ values.reshape(values.shape[0], -1)).reshape(values.shape[1:])
 
 
 def clipped_sum(values: np.ndarray, bound: float, norm: str) -> np.ndarray:
@@ -134,9 +190,12 @@ class RunningSums:
             triangles, without the (m, d, d) stack.
         """
         m = None
+        joint, prepared = joint_factors(rows, self.folds)
         for name, total in self.totals.items():
             fold = self.folds[name]
-            if name in triangles:
+            if name in joint:
+                total += _scaled_sum(prepared[name], joint[name])
+            elif name in triangles:
                 if fold.norm != "l2":
                     raise ValueError(f"'{name}' as triangles needs an l2 fold, got {fold.norm}")
                 part = clipped_triangle_sum(rows[name], fold.bound, total.shape[0])
@@ -155,3 +214,18 @@ class RunningSums:
                     self.triangle_totals[name][None], total.shape[0])[0]
             out[name] = total[None]
         return out
+
+
+def folded_sum(rows: Mapping[str, np.ndarray], name: str, folds: Mapping[str, Fold]) -> np.ndarray:
+    """The sum of statistic ``name``'s stacked rows (m, ...), clipped as its fold says.
+
+    The stacked twin of :class:`RunningSums` (every row at once): a joint statistic is
+    scaled by its group's factors (:func:`joint_factors`), any other one clipped on its
+    own (:func:`clipped_sum`).
+    """
+    fold = folds[name]
+    if fold.joint:
+        factors, prepared = joint_factors(rows, folds)
+        if name in factors:
+            return _scaled_sum(prepared[name], factors[name])
+    return clipped_sum(rows[name], fold.bound, fold.norm)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -24,9 +24,10 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.budget import joint_groups, joint_radius
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.server.aggregation import Fold, clipped_sum
+from fedkmeans.server.aggregation import Fold, folded_sum
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.replies import Replies
@@ -272,17 +273,33 @@ class ServerContext:
         expected : mapping of str to tuple of int
             Per-client shape of every statistic, keyed by statistic name.
         """
-        fold = None
-        if self.streaming:
-            if self.config.is_private:
-                bounds = statistic_bounds(self.config.privacy)
-                fold = {name: Fold(bounds[name].server_bound, bounds[name].norm)
-                        for name in expected}
-            else:
-                fold = {name: Fold() for name in expected}
+        fold = self.folds(round_name, expected) if self.streaming else None
         cohort = self.sample(round_name) if stage_named(stage).sampled else self.pool.client_ids
         return self.pool.query(stage, cohort, arrays, expected,
                                round_name=round_name, fold=fold)
+
+    def folds(self, round_name: str, names: Iterable[str]) -> dict[str, Fold]:
+        """How the server clips each statistic ``names`` of round ``round_name``.
+
+        Not private: no clipping. Otherwise each statistic's server bound
+        (:func:`~fedkmeans.privacy.budget.statistic_bounds`); the statistics of a joint
+        group (data-point level: cluster sums and counts) share one factor per client,
+        the projection in the metric of their planned releases' noise
+        (:func:`~fedkmeans.privacy.budget.joint_radius`).
+        """
+        names = list(names)
+        if not self.config.is_private:
+            return {name: Fold() for name in names}
+        bounds = statistic_bounds(self.config.privacy)
+        folds = {name: Fold(bounds[name].server_bound, bounds[name].norm) for name in names}
+        planned_names = [n for n in names if f"{round_name}/{n}" in self.releases]
+        for members in joint_groups(bounds, planned_names):
+            planned = [self.releases[f"{round_name}/{n}"] for n in members]
+            stds = [registry.mechanism(r.mechanism).std(r.noise_scale) for r in planned]
+            radius = joint_radius([bounds[n] for n in members], stds)
+            folds.update({n: Fold(radius, bounds[n].norm, bounds[n].joint, std)
+                          for n, std in zip(members, stds, strict=True)})
+        return folds
 
     def release(
         self, replies: Replies, statistic: str, stage: str, *, symmetric: bool = False
@@ -326,11 +343,12 @@ class ServerContext:
             self.non_private.append(stage)
             self._notify(stage, total, total)
             return total
-        bound = statistic_bounds(self.config.privacy)[statistic]
-        if replies.folded:  # clipped with this bound as each reply arrived
+        if replies.folded:  # clipped as each reply arrived (:meth:`folds`)
             total = values[0]
         else:
-            total = clipped_sum(values, bound.server_bound, bound.norm)
+            round_name = stage.rsplit("/", 1)[0]
+            total = folded_sum(replies.stats, statistic,
+                               self.folds(round_name, replies.stats))
         release = self.releases[stage]
         noise = registry.mechanism(release.mechanism).build(
             release.sensitivity, release.noise_scale)

@@ -54,6 +54,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import Release
+from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import (
     MODULUS_RANGE,
     decode_sum,
@@ -246,18 +247,21 @@ class SecAggAggregator:
         bounds = statistic_bounds(self.config.privacy)
         stats = list(expected)
         per_stat: dict[str, dict] = {}
+        shares = {name: share_std(self.releases[f"{round_name}/{name}"].noise_scale, n_min)
+                  for name in stats}
+        reach = reachable_bounds(bounds, shares)  # the joint clip's reach (budget.py)
         for name in stats:
             release = self.releases[f"{round_name}/{name}"]
             if not mechanism(release.mechanism).additive_shares:
                 raise FederationError(
                     f"release '{release.stage}' has {release.mechanism} noise; distributed "
-                    "noise needs Gaussian shares (privacy.count-noise='gaussian')"
+                    "noise needs Gaussian shares (privacy.count-noise='gaussian' or 'auto')"
                 )
-            s = share_std(release.noise_scale, n_min)
+            s = shares[name]
             per_stat[name] = {
                 "sigma": release.noise_scale,
                 "share_std": s,
-                "grid_step": grid_step(bounds[name].server_bound, s, m_max, q_range),
+                "grid_step": grid_step(reach[name], s, m_max, q_range),
             }
         names = sorted(arrays)
         fitins = {}

@@ -207,6 +207,6 @@ PROJECTED_CENTERS = register(Stage(
     server=centers_from_clients,
     releases=(
         ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.split[2]),
-        ReleaseRule(COUNTS, lambda p: p.count_noise, lambda p: p.split[3]),
+        ReleaseRule(COUNTS, lambda p: p.count_mechanism, lambda p: p.split[3]),
     ),
 ))

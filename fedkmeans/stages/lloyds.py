@@ -11,9 +11,14 @@ of one client's value and the resulting bound are in :mod:`fedkmeans.privacy.bud
 
 * ``sums``: one point adds itself to one cluster's sum, a change of at most **Delta**
   in l2 (Frobenius of the (k, d) matrix); Gaussian noise.
-* ``counts``: one point adds 1 to one cluster's count (l1 = l2 = 1 before the
-  server's l1 clip, 2 and sqrt(2) after it); Laplace or Gaussian noise
-  (``privacy.count-noise``).
+* ``counts``: one point adds 1 to one cluster's count (l1 = l2 = 1); Gaussian noise
+  (``privacy.count-noise``; ``auto`` is Gaussian at data-point level).
+
+The server clips a client's sums and counts **jointly** (``joint="clusters"``): one
+factor per client, the Euclidean projection of ``(S / sigma_s, c / sigma_c)`` onto a
+ball, so a client above ``max-points-per-client`` is down-weighted without moving its
+means, and the pair's sensitivity stays ``(Delta, 1)`` in the noise's metric
+(derivation: :mod:`fedkmeans.privacy.budget`, "Joint statistics").
 
 At client level a client scales its sums and counts by one factor so both are within
 ``clip-sums`` (l2) and ``clip-counts`` (l1) (:meth:`fedkmeans.node.NodeData.sums_counts`).
@@ -35,10 +40,12 @@ __all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
 SUMS = Statistic(
     "sums", "l2", per_point=lambda privacy: (math.inf, privacy.data_radius),
     client_bound=lambda privacy: privacy.clip_sums, shape=lambda k, d, m: (k, d),
+    joint="clusters",
 )
 COUNTS = Statistic(
     "counts", "l1_nonnegative", per_point=lambda privacy: (1.0, 1.0),
     client_bound=lambda privacy: privacy.clip_counts, shape=lambda k, d, m: (k,),
+    joint="clusters",
 )
 
 
@@ -73,6 +80,6 @@ LLOYDS = register(Stage(
     server=lloyds_step,
     releases=(
         ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.lloyds_split[0]),
-        ReleaseRule(COUNTS, lambda p: p.count_noise, lambda p: p.lloyds_split[1]),
+        ReleaseRule(COUNTS, lambda p: p.count_mechanism, lambda p: p.lloyds_split[1]),
     ),
 ))

@@ -53,6 +53,11 @@ class Statistic:
     symmetric : bool
         A symmetric (d, d) matrix: only upper triangles travel and the noise is
         symmetric.
+    joint : str
+        Statistics of one stage with the same non-empty ``joint`` name are clipped by
+        the server at data-point level with one factor per client, so that a client
+        above the cap keeps its ratios (cluster sums and counts: their means;
+        :mod:`fedkmeans.privacy.budget`, "Joint statistics").
     """
 
     name: str
@@ -61,6 +66,7 @@ class Statistic:
     client_bound: Callable[[PrivacyConfig], float]
     shape: Callable[[int, int, int], tuple[int, ...]]
     symmetric: bool = False
+    joint: str = ""
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,8 @@ class _Bounds(Mapping):
     def __getitem__(self, name: str) -> StatisticBound:
         if name not in self._cache:
             s = self._statistics[name]
-            self._cache[name] = bound_of(self._privacy, s.norm, s.per_point, s.client_bound)
+            self._cache[name] = bound_of(self._privacy, s.norm, s.per_point, s.client_bound,
+                                         s.joint)
         return self._cache[name]
 
     def __iter__(self):
