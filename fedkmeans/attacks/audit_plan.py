@@ -41,7 +41,7 @@ from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.stages import stages
 from fedkmeans.stages.estimate import ESTIMATE
-from fedkmeans.tuning.plan import RunPlan, calibrated_releases, estimate_release, plan_run
+from fedkmeans.tuning.plan import RunPlan, calibrated_releases, plan_run
 
 __all__ = ["UNLISTED", "BudgetRow", "budget_audit", "planned_releases", "run_plans"]
 
@@ -84,8 +84,8 @@ def run_plans(config: ExperimentConfig) -> dict[str, RunPlan]:
     unlisted = [planned for known in stages() if known.releases and known.name not in groups
                 and known is not ESTIMATE
                 for planned in known.plan(config.privacy, known.group)]
-    if unlisted:
-        prior = (estimate_release(config.privacy),)
+    if unlisted:  # composed with the runs' estimate round (the same in every plan)
+        prior = next((plan.prior for plan in plans.values() if plan.prior), ())
         plans[UNLISTED] = RunPlan(config, None, prior,
                                   tuple(calibrated_releases(unlisted, config, prior)))
     return plans
