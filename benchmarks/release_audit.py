@@ -3,13 +3,13 @@
     python benchmarks/release_audit.py                  # 20,000 releases per world
     python benchmarks/release_audit.py --trials 2000    # quicker look
 
-For each level (data point, client), count noise and planned release (from the stage
-registry), the worst probe of :mod:`fedkmeans.attacks.sensitivity_audit`, driven through
-the real client path by :mod:`fedkmeans.attacks.release_audit`, is released
-``--selection`` times per world to choose a threshold and ``--trials`` times per world
-to count errors, at epsilon = 1 for the release alone. The planted rows recalibrate
-the data-point histograms and counts to the per-point change (the old ledger) and
-must show eps_LB above the claim.
+For each level (data point, client), count noise and planned release (the runs' own
+plans, :mod:`fedkmeans.attacks.audit_plan`), the worst probe of
+:mod:`fedkmeans.attacks.sensitivity_audit`, driven through the real client path by
+:mod:`fedkmeans.attacks.release_audit`, is released ``--selection`` times per world to
+choose a threshold and ``--trials`` times per world to count errors, at epsilon = 1
+for the release alone. The planted rows recalibrate the data-point histograms and
+counts to the per-point change (the old ledger) and must show eps_LB above the claim.
 """
 
 from __future__ import annotations

@@ -9,14 +9,19 @@ Command line::
     python -m fedkmeans.audit --path release --trials 0 --aggregation secagg
     python -m fedkmeans.audit --path release --mechanism histogram --legacy-sensitivity
 
-``--path release`` audits every release of the plan (from the stage registry) with
-worst-case neighbours driven through the real client path, in two checks:
+``--path release`` audits every release of the runs' plans, planned and calibrated by
+the runner's own planning function (:mod:`fedkmeans.attacks.audit_plan`: one run per
+private algorithm, its estimate round's release included), with worst-case neighbours
+driven through the real client path, in three checks:
 
 1. deterministic (:mod:`fedkmeans.attacks.sensitivity_audit`): the measured change of
    each released sum between neighbours against the sensitivity the ledger recorded;
    a change above it, or a planned release the audit did not measure ("left out of
    the audit"), fails the row;
-2. statistical (:mod:`fedkmeans.attacks.release_audit`, skipped with ``--trials 0``):
+2. budget (:func:`fedkmeans.attacks.audit_plan.budget_audit`): per run, the epsilon
+   its ledger spends and the epsilon it spends with the measured changes above the
+   ledger in place of the recorded sensitivities; either above the target fails the row;
+3. statistical (:mod:`fedkmeans.attacks.release_audit`, skipped with ``--trials 0``):
    eps_LB of each release alone; above the accountant's epsilon fails the row. The
    ``--confidence`` is shared over the rows (Bonferroni), so a correct ledger fails
    it with probability at most ``1 - confidence`` per command.
@@ -41,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from fedkmeans.attacks.audit_plan import BudgetRow, budget_audit
 from fedkmeans.attacks.bounds import (
     clopper_pearson,
     epsilon_lower_bound,
@@ -177,24 +183,46 @@ def _print_rows(rows: list[SensitivityRow], as_json: bool) -> None:
               f"{r.status if not r.failed else 'FAILED: ' + r.reason}")
 
 
-def _main_release(args: argparse.Namespace) -> list[SensitivityRow | ReleaseAuditResult]:
-    """Both checks of every planned release; exit 1 naming the failed rows."""
+def _print_budget(rows: list[BudgetRow], as_json: bool) -> None:
+    if as_json:
+        for r in rows:
+            print(json.dumps({"check": "budget", **r.to_dict()}))
+        return
+    print(f"\n{'level':<10} {'aggregation':<11} {'counts':<9} {'run of':<24} {'releases':>8} "
+          f"{'target':>7} {'ledger eps':>10} {'measured eps':>12} status")
+    for r in rows:
+        print(f"{r.level:<10} {r.aggregation:<11} {r.count_noise:<9} {r.plan:<24} "
+              f"{r.releases:>8} {r.target:>7.4g} {r.recorded_epsilon:>10.4f} "
+              f"{r.measured_epsilon:>12.4f} {'FAILED: ' + r.reason if r.failed else 'ok'}")
+
+
+def _main_release(
+    args: argparse.Namespace,
+) -> list[SensitivityRow | BudgetRow | ReleaseAuditResult]:
+    """The checks of every planned release and every plan; exit 1 naming the failed rows."""
     wanted = args.mechanism in (None, "all")
     rows: dict[tuple, SensitivityRow] = {}
     setup_of: dict[tuple, AuditSetup] = {}
+    budget: list[BudgetRow] = []
     for setup in _release_setups(args):
         hook = legacy_plan(setup.config().privacy) if args.legacy_sensitivity else None
-        for row in sensitivity_audit(setup, plan_hook=hook):
+        measured = sensitivity_audit(setup, plan_hook=hook)
+        for row in measured:
             key = (row.level, row.aggregation, row.release, row.mechanism)
             if (wanted or row.statistic == args.mechanism) and key not in rows:
                 rows[key], setup_of[key] = row, setup
+        exceeded = {r.release: r.measured for r in measured if r.status == "exceeds"}
+        budget += budget_audit(setup.config(), exceeded, plan_hook=hook)
     if not rows:
         raise SystemExit(f"--path release: no planned release of statistic "
                          f"{args.mechanism!r}")
     _print_rows(list(rows.values()), args.json)
-    results: list[SensitivityRow | ReleaseAuditResult] = list(rows.values())
+    _print_budget(budget, args.json)
+    results: list[SensitivityRow | BudgetRow | ReleaseAuditResult] = [*rows.values(), *budget]
     failed = [f"{r.level} {r.aggregation} {r.release} ({r.mechanism}): {r.reason}"
               for r in rows.values() if r.failed]
+    failed += [f"{r.level} {r.aggregation} {r.count_noise} counts, run of {r.plan}: {r.reason}"
+               for r in budget if r.failed]
     statistical = [key for key, r in rows.items()
                    if not r.failed and args.trials > 0 and args.aggregation == "central"]
     if statistical:

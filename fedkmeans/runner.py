@@ -19,18 +19,18 @@ from fedkmeans import data as data_access
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
-from fedkmeans.config import ExperimentConfig, check_server_points, parse_config
+from fedkmeans.config import ExperimentConfig, check_server_points
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.rundir import claim_output_dir
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.thresholds import noise_std
-from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
+from fedkmeans.stages.estimate import ESTIMATE
 from fedkmeans.tuning.estimates import PrivateEstimates
-from fedkmeans.tuning.resolve import RUNTIME_AUTO, client_settings, resolve_auto
+from fedkmeans.tuning.plan import RunPlan, plan_run
+from fedkmeans.tuning.resolve import client_settings, resolve_auto
 
 LOG = logging.getLogger(__name__)
 
@@ -254,58 +254,28 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
     """The resolved config, the tuning record and the calibrated releases of the run.
 
     On a resume, the plan stored with the checkpoint (never resolved again: the rounds
-    restored from it were calibrated for it). Otherwise the estimate round when a
-    setting it estimates is ``auto`` (its noise fixed first, :func:`estimate_release`),
-    then :func:`~fedkmeans.tuning.resolve.resolve_auto`, then the calibration of the
-    remaining releases composed with the estimate round's, stored before any of them.
+    restored from it were calibrated for it). Otherwise :func:`~fedkmeans.tuning.plan.
+    plan_run` (the estimate round's release, fixed first; the estimate round and
+    :func:`~fedkmeans.tuning.resolve.resolve_auto`; the calibration of the remaining
+    releases composed with the estimate round's), stored before any of them.
     """
-    config = ctx.config
     stored = checkpoint.plan
     if stored is not None:
-        prior = [Release(**r) for r in stored["prior"]]
-        ctx.releases.update({r.stage: r for r in prior})
+        plan = RunPlan.from_dict(stored)
+        ctx.releases.update({r.stage: r for r in plan.prior})
         if ESTIMATE.group in checkpoint.rounds:
-            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), prior[0])
-        return (parse_config(stored["config"]), stored["tuning"],
-                [Release(**r) for r in stored["releases"]])
-    prior = []
-    if needs_estimates(config):
-        release = estimate_release(config.privacy)
-        ctx.releases[release.stage] = release
-        ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
-        prior = [release]
-    resolved, tuning = resolve_auto(config, ctx.server_x, ctx.estimates)
-    plan = algorithm(resolved.algorithm).release_plan(resolved.privacy, subspace=subspace)
-    epsilon = resolved.privacy.epsilon if resolved.is_private else math.inf
-    releases = calibrate(plan, epsilon=epsilon, delta=resolved.privacy.delta,
-                         prior=prior) if plan else []
-    checkpoint.save_plan({
-        "config": resolved.to_flat(), "tuning": tuning,
-        "prior": [r.to_dict() for r in prior], "releases": [r.to_dict() for r in releases]})
-    return resolved, tuning, releases
+            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), plan.prior[0])
+        return plan.config, plan.tuning, list(plan.releases)
 
+    def resolve(prior: tuple[Release, ...]) -> tuple[ExperimentConfig, dict | None]:
+        for release in prior:  # the estimate round, released before anything is resolved
+            ctx.releases[release.stage] = release
+            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
+        return resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
 
-def needs_estimates(config: ExperimentConfig) -> bool:
-    """Whether the run has an estimate round.
-
-    Private, a setting it feeds is ``auto``, and the algorithm may release something
-    (k-means on the server's data with T = 0 asks the clients nothing).
-    """
-    fed = set(config.privacy.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
-    releases = algorithm(config.algorithm).init or config.privacy.lloyds_steps != 0
-    return config.is_private and bool(fed) and bool(releases)
-
-
-def estimate_release(privacy) -> Release:
-    """The estimate round's release, its noise fixed before the rest of the plan exists.
-
-    Sensitivity from the stage's statistic (:mod:`fedkmeans.stages.estimate`), noise
-    multiplier :func:`~fedkmeans.stages.estimate.estimate_noise_multiplier` of the run's
-    target and ``privacy.estimate-share``.
-    """
-    planned = ESTIMATE.plan(privacy, ESTIMATE.group)[0]
-    z = estimate_noise_multiplier(privacy.epsilon, privacy.delta, privacy.estimate_share)
-    return planned.to_release(z * planned.sensitivity)
+    plan = plan_run(ctx.config, subspace=subspace, resolve=resolve)
+    checkpoint.save_plan(plan.to_dict())
+    return plan.config, plan.tuning, list(plan.releases)
 
 
 def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:

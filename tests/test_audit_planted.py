@@ -12,17 +12,22 @@ Hand-computed values (Delta = 11, B = 16 points at the cap, tau = Delta^2 / 2):
   example.
 """
 
+import dataclasses
 import functools
 import logging
 import math
 
 import pytest
+from conftest import run_server_inprocess
 
 from fedkmeans import audit as audit_cli
 from fedkmeans import node as node_module
 from fedkmeans.attacks import sensitivity_audit as sa
+from fedkmeans.attacks.audit_plan import budget_audit, run_plans
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, sensitivity_audit
+from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.stages import spec
+from fedkmeans.tuning import plan as run_plan
 
 FAST = ["--path", "release", "--max-points", "16", "--trials", "0", "--dim", "3"]
 EXPECTED = {
@@ -84,8 +89,10 @@ def test_every_planned_release_has_a_row_derived_from_the_registry():
 def test_command_on_clean_code_returns(capsys):
     results = audit_cli.main([*FAST, "--level", "both"])
     planned = len(sa.planned_releases(AuditSetup().config()))
-    # both count noises at client level (its counts rows twice); Gaussian at data-point
-    assert len(results) == 2 * planned + 2
+    plans = len(run_plans(AuditSetup().config()))  # one per private algorithm (4)
+    # both count noises at client level (its counts rows twice; Gaussian at data-point),
+    # and a budget row per plan and audited setup (three)
+    assert len(results) == 2 * planned + 2 + 3 * plans
     assert not any(r.failed for r in results)
     assert "FAILED" not in capsys.readouterr().out
 
@@ -104,7 +111,7 @@ def test_planted_half_sensitivity_fails_the_command(monkeypatch, capsys):
 
     monkeypatch.setattr(spec, "statistic_bounds", halved)
     with pytest.raises(SystemExit) as exit_info:
-        audit_cli.main([*FAST, "--level", "datapoint", "--count-noises", "laplace"])
+        audit_cli.main([*FAST, "--level", "datapoint"])
     assert exit_info.value.code == audit_cli.FAILED
     err = _failed(capsys)
     assert "init-3/sums" in err and "lloyds-1/sums" in err and "histogram" not in err
@@ -126,7 +133,7 @@ def test_planted_client_clip_off_fails_the_command(monkeypatch, capsys):
     # step 1: (100 Delta)^2 = 1.21e6 before the server's clip to B Delta^2 = 121,000
     assert failed["init-1/covariance"] > 100 * 121.0
     with pytest.raises(SystemExit) as exit_info:
-        audit_cli.main([*FAST, "--level", "datapoint", "--count-noises", "laplace"])
+        audit_cli.main([*FAST, "--level", "datapoint"])
     assert exit_info.value.code == audit_cli.FAILED
     assert "init-1/covariance" in _failed(capsys)
 
@@ -165,3 +172,74 @@ def test_planted_client_clip_off_also_raises_eps_lb():
     low, high = (math.hypot(1100 * f, 176 * f - 176) for f in (s, c))
     assert low <= planted.measured_change <= high
     assert planted.failed and planted.epsilon_lb > 3.0, planted
+
+
+def _halved_estimate(real):
+    """The estimate round's release with half its sensitivity, its noise calibrated to it."""
+    def planted(privacy):
+        release = real(privacy)
+        return dataclasses.replace(release, sensitivity=release.sensitivity / 2,
+                                   noise_scale=release.noise_scale / 2)
+
+    return planted
+
+
+def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monkeypatch, capsys):
+    """(d) The estimate round's release, as the runner plans it, records half its
+    sensitivity: sqrt(3) / 2 at data-point level (one point moves the histograms'
+    l2 norm by sqrt(3)). Its noise follows, so the ledger still says epsilon <= 1."""
+    monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "datapoint"])
+    assert exit_info.value.code == audit_cli.FAILED
+    err = _failed(capsys)
+    assert "measured change 1.73205 exceeds the recorded sensitivity 0.866025" in err
+    config = AuditSetup(level="datapoint", dim=3, max_points=16).config()
+    # its row and every run's plan with an estimate round (one per private algorithm
+    # that releases anything; more when other tests registered algorithms or stages)
+    with_estimates = [name for name, plan in run_plans(config).items() if plan.prior]
+    assert {"feddp-kmeans", "server-lloyds"} <= set(with_estimates)
+    assert err.count("estimate/estimates") == 1 + len(with_estimates), err
+    assert "sums" not in err and "histogram" not in err
+    # the budget row: the plan's ledger with the estimate round's true sensitivity, sqrt(3)
+    [row] = [r for r in budget_audit(config, {"estimate/estimates": math.sqrt(3)})
+             if r.plan == "feddp-kmeans"]
+    ledger = run_plans(config)["feddp-kmeans"].ledger
+    accountant = PrivacyAccountant()
+    for release in ledger:
+        accountant.record(dataclasses.replace(release, sensitivity=math.sqrt(3))
+                          if release.stage == "estimate/estimates" else release)
+    assert ledger[0].sensitivity == pytest.approx(math.sqrt(3) / 2)
+    assert row.recorded_epsilon <= 1.0 < row.measured_epsilon
+    assert row.measured_epsilon == pytest.approx(accountant.get_epsilon(1e-6))
+    assert f"epsilon at the measured sensitivities {row.measured_epsilon:.4f}" in err
+
+
+def test_the_planted_estimate_release_is_the_one_a_real_run_records(monkeypatch, small_config):
+    """The plant of (d) reaches release.json: the runner plans with the same function."""
+    monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
+    flat = {**small_config, "privacy.data-radius": "auto", "privacy.lloyds-steps": 1}
+    result = run_server_inprocess(flat)
+    ledger = result["privacy"]["releases"]
+    assert ledger[0]["stage"] == "estimate/estimates"
+    assert ledger[0]["sensitivity"] == pytest.approx(math.sqrt(3) / 2)
+    assert result["privacy"]["epsilon"] <= 1.0  # the ledger cannot tell
+
+
+def test_planted_estimate_round_left_out_of_the_calibration_fails_the_command(
+        monkeypatch, capsys):
+    """(e) The runner calibrates the other releases without the estimate round's
+    (``prior`` dropped): every sensitivity is right, the ledger spends more than 1."""
+    real = run_plan.calibrate
+    monkeypatch.setattr(run_plan, "calibrate",
+                        lambda planned, prior=(), **kw: real(planned, **kw))
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "client", "--count-noises", "gaussian"])
+    assert exit_info.value.code == audit_cli.FAILED
+    err = _failed(capsys)
+    assert "measured change" not in err
+    config = AuditSetup(level="client", dim=3, max_points=16,
+                        count_noise="gaussian").config()
+    composed = [plan for plan in run_plans(config).values() if plan.prior and plan.releases]
+    assert err.count("the ledger's epsilon") == len(composed) >= 4  # every such run's plan
+    assert all(r.recorded_epsilon > 1.0 for r in budget_audit(config, {}))

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from conftest import PAPER
 
+from fedkmeans.attacks.audit_plan import BudgetRow, run_plans
 from fedkmeans.attacks.release_audit import audit_release, legacy_plan
-from fedkmeans.attacks.sensitivity_audit import AuditSetup, planned_releases
+from fedkmeans.attacks.sensitivity_audit import AuditSetup, SensitivityRow, planned_releases
 from fedkmeans.audit import main
 from fedkmeans.config import parse_config
 from fedkmeans.server.aggregation import clipped_sum
@@ -73,13 +74,21 @@ def test_poisson_sampling_runs_through_the_server_context():
     assert not result.failed
 
 
-def test_release_path_cli_prints_both_checks(capsys):
+def test_release_path_cli_prints_every_check(capsys):
     results = main(["--path", "release", "--mechanism", "counts", "--level", "client",
                     "--max-points", "16", "--dim", "3", "--trials", "200",
                     "--selection", "100"])
-    rows = [(getattr(r, "release", None), r.mechanism) for r in results]
-    assert sorted(rows[:4]) == [("init-3/counts", "gaussian"), ("init-3/counts", "laplace"),
-                                ("lloyds-1/counts", "gaussian"), ("lloyds-1/counts", "laplace")]
-    assert len(results) == 8 and not any(r.failed for r in results)
+    sensitivity = [r for r in results if isinstance(r, SensitivityRow)]
+    budget = [r for r in results if isinstance(r, BudgetRow)]
+    rows = [(r.release, r.mechanism) for r in sensitivity]
+    assert sorted(rows) == [("init-3/counts", "gaussian"), ("init-3/counts", "laplace"),
+                            ("lloyds-1/counts", "gaussian"), ("lloyds-1/counts", "laplace")]
+    # a budget row per count noise and run plan (one per private algorithm, and one for
+    # the stages no algorithm runs when another test registered one)
+    plans = list(run_plans(AuditSetup(level="client").config()))
+    assert {"feddp-kmeans", "server-lloyds", "server-kmeans++", "sphere-packing"} <= set(plans)
+    assert sorted((r.count_noise, r.plan) for r in budget) == sorted(
+        (noise, name) for noise in ("laplace", "gaussian") for name in plans)
+    assert len(results) == 4 + len(budget) + 4 and not any(r.failed for r in results)
     out = capsys.readouterr().out
-    assert "measured/recorded" in out and "eps_LB" in out
+    assert "measured/recorded" in out and "measured eps" in out and "eps_LB" in out

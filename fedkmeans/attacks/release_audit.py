@@ -5,7 +5,8 @@ deterministic comparison of every release's measured change with the ledger's
 sensitivity, is :mod:`fedkmeans.attacks.sensitivity_audit`, whose neighbouring
 federations (probes) and real-path driver this module reuses.
 
-For one release of the plan (``"lloyds-1/counts"``) and one probe (by default the
+For one release of the runs' plans (``"lloyds-1/counts"``, as the ledger records it:
+:func:`~fedkmeans.attacks.audit_plan.planned_releases`) and one probe (by default the
 one that moved it most), both worlds are driven once through the real client path --
 :meth:`~fedkmeans.node.NodeData.load` and its clip to Delta, the stage's ``client``
 (or ``wire``) function, the wire format, the pool's validation -- with the replies
@@ -14,7 +15,9 @@ stacked, one row per client. Every trial then draws the round's cohort with
 ``privacy.sampling-rate``, from the secret randomness) and releases the cohort's rows
 with :meth:`~fedkmeans.server.context.ServerContext.release`: the server's clip, the
 sum, and the lattice mechanism with the noise calibrated for the release alone at the
-target (epsilon, delta), drawn from the default secret noise source.
+target (epsilon, delta) from the ledger's sensitivity (more power than the run's share of
+the budget; the run's composition is :func:`~fedkmeans.attacks.audit_plan.
+budget_audit`'s), drawn from the default secret noise source.
 
 The test scores each release by the log-likelihood ratio of the ledger's mechanism
 centred on the two worlds' clipped sums (any score gives a valid bound; this one is
@@ -53,7 +56,7 @@ from fedkmeans.attacks.sensitivity_audit import (
     run_world,
 )
 from fedkmeans.privacy import registry
-from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.server.aggregation import folded_sum
 from fedkmeans.server.replies import Replies
@@ -120,13 +123,16 @@ class ReleaseAuditResult:
         return {**asdict(self), "failed": self.failed}
 
 
-def legacy_plan(privacy) -> Callable[[list[PlannedRelease]], list[PlannedRelease]]:
-    """Plan hook of the defect of earlier versions: l1 releases at the per-point change.
+def legacy_plan(privacy) -> Callable[[list[Release]], list[Release]]:
+    """Ledger hook of the defect of earlier versions: l1 releases at the per-point change.
 
     The histogram and counts were calibrated to 1 (one point's change before the
-    server's radial l1 clip) instead of 2.
+    server's radial l1 clip) instead of 2: the recorded sensitivity and the noise scale
+    both scaled by ``1 / 2``. (Every standalone scale is linear in the sensitivity and the
+    calibration depends on noise / sensitivity only, so this is the calibration of the
+    plan with the legacy sensitivities.)
     """
-    def hook(plan: list[PlannedRelease]) -> list[PlannedRelease]:
+    def hook(plan: list[Release]) -> list[Release]:
         if privacy.level != "datapoint":
             return plan
         out = []
@@ -136,7 +142,9 @@ def legacy_plan(privacy) -> Callable[[list[PlannedRelease]], list[PlannedRelease
             name = p.stage.rsplit("/", 1)[1]
             legacy = registry.mechanism(p.mechanism).order == 1 and math.isfinite(
                 per_point.get(name, math.inf))
-            out.append(replace(p, sensitivity=per_point[name]) if legacy else p)
+            factor = per_point[name] / p.sensitivity if legacy else 1.0
+            out.append(replace(p, sensitivity=per_point[name],
+                               noise_scale=p.noise_scale * factor) if legacy else p)
         return out
 
     return hook
@@ -171,7 +179,7 @@ def audit_release(
     confidence : float
         Of the Clopper-Pearson intervals.
     plan_hook : callable, optional
-        Applied to the plan before calibration (a planted wrong ledger).
+        Applied to the runs' calibrated ledger (a planted wrong ledger).
     directory : path, optional
         Where the worlds' files go (default: a temporary directory).
 
@@ -192,9 +200,11 @@ def audit_release(
     if release not in named:
         raise ValueError(f"release must be one of {sorted(named)}, got {release!r}")
     statistic = release.rsplit("/", 1)[1]
-    planned = named[release] if plan_hook is None else {
+    recorded = named[release] if plan_hook is None else {
         p.stage: p for p in plan_hook(list(plan))}[release]
-    planned = replace(planned, sampling_rate=config.privacy.sampling_rate)
+    # the ledger's sensitivity, its noise calibrated for the release alone at the target
+    planned = PlannedRelease(recorded.stage, recorded.mechanism, recorded.sensitivity, 1.0,
+                             config.privacy.sampling_rate, recorded.group)
     alone = calibrate([planned], epsilon=setup.epsilon, delta=delta)[0]
     accountant = PrivacyAccountant()
     accountant.record(alone)

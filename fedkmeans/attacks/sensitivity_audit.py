@@ -1,10 +1,10 @@
 """Deterministic sensitivity audit: every planned release, worst-case neighbours, real path.
 
-For every noisy release a run can make -- the union of the release plans of every
-registered private algorithm (:meth:`fedkmeans.algorithms.Algorithm.release_plan`),
-plus the releases of any registered stage no algorithm lists yet, so a stage registered
-later is audited without touching this module -- two neighbouring federations are written to an
-``.npz`` file each and driven through the code a run executes:
+For every noisy release a run can make -- every release of the runs' own plans, the
+estimate round's included, planned and calibrated by the runner's planning function
+(:func:`fedkmeans.attacks.audit_plan.planned_releases`, which also covers a registered
+stage no algorithm runs yet) -- two neighbouring federations are written to an ``.npz``
+file each and driven through the code a run executes:
 
 * :meth:`fedkmeans.node.NodeData.load` (the ClientApp's loader: points clipped to
   ``privacy.data-radius``), reached through :mod:`fedkmeans.client_app` on an
@@ -69,13 +69,13 @@ from uuid import uuid4
 
 import numpy as np
 
+from fedkmeans.attacks.audit_plan import planned_releases
 from fedkmeans.config import HAND_FLAT, ExperimentConfig, parse_config
-from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.privacy.calibration import PlannedRelease, calibrate
+from fedkmeans.privacy.calibration import PlannedRelease
 from fedkmeans.server.observer import RunObserver
-from fedkmeans.stages import stage_of_round, stages, statistic_bounds
+from fedkmeans.stages import stage_of_round, statistic_bounds
 
 __all__ = [
     "FAR", "LEVELS", "AuditSetup", "Probe", "SensitivityRow", "WorldRun", "broadcast",
@@ -134,7 +134,7 @@ class AuditSetup:
     def flat(self, data_path: str = "", *, sampled: bool = True) -> dict:
         """The flat run config of this setup (``data_path``: the world's ``.npz``)."""
         out = {
-            **HAND_FLAT,  # the paper's settings; the audit plans without resolving `auto`
+            **HAND_FLAT,  # the paper's settings: the resolved run (audit_plan declares `auto`)
             "data.name": "npz", "data.path": data_path, "k": self.dim,
             "privacy.level": self.level, "privacy.epsilon": self.epsilon,
             "privacy.delta": self.delta, "privacy.data-radius": self.data_radius,
@@ -155,29 +155,6 @@ class AuditSetup:
     def server_x(self) -> np.ndarray:
         """The server's points: Delta e_i, i < d."""
         return np.eye(self.dim) * self.data_radius
-
-
-def planned_releases(config: ExperimentConfig) -> list[PlannedRelease]:
-    """Every release a run with ``config.privacy`` can make, from the stage registry.
-
-    The union (by release name, in order) of every private registered algorithm's
-    :meth:`~fedkmeans.algorithms.Algorithm.release_plan`, then the releases of every
-    registered stage that no algorithm runs (planned in its own round ``stage.group``).
-    """
-    privacy = config.privacy
-    out: dict[str, PlannedRelease] = {}
-    groups = set()
-    for chosen in ALGORITHMS.values():
-        if not chosen.private:
-            continue
-        for planned in chosen.release_plan(privacy):
-            out.setdefault(planned.stage, planned)
-        groups |= {known.name for known, _ in chosen.rounds(privacy)}
-    for known in stages():
-        if known.releases and known.name not in groups:
-            for planned in known.plan(privacy, known.group):
-                out.setdefault(planned.stage, planned)
-    return list(out.values())
 
 
 def broadcast(setup: AuditSetup) -> dict[str, np.ndarray]:
@@ -203,7 +180,7 @@ class Probe:
     world_in: dict[int, np.ndarray] = field(repr=False)
 
 
-def _client_points(config: ExperimentConfig, plan: Iterable[PlannedRelease]) -> int:
+def _client_points(config: ExperimentConfig, plan: Iterable[Release]) -> int:
     """Points a client needs so that each planned statistic exceeds its client bound."""
     needed = 1
     for planned in plan:
@@ -219,7 +196,7 @@ def _client_points(config: ExperimentConfig, plan: Iterable[PlannedRelease]) -> 
     return min(needed, 100_000)
 
 
-def probes(setup: AuditSetup, plan: Iterable[PlannedRelease]) -> list[Probe]:
+def probes(setup: AuditSetup, plan: Iterable[Release]) -> list[Probe]:
     """The neighbouring pairs of ``setup.level`` (module docstring)."""
     radius, dim = setup.data_radius, setup.dim
     unit = np.eye(dim) * radius
@@ -291,11 +268,11 @@ class WorldRun:
 def run_world(
     setup: AuditSetup,
     points: dict[int, np.ndarray],
-    plan: list[PlannedRelease],
+    plan: list[Release],
     directory: str | Path,
     *,
     streaming: bool = True,
-    plan_hook: Callable[[list[PlannedRelease]], list[PlannedRelease]] | None = None,
+    plan_hook: Callable[[list[Release]], list[Release]] | None = None,
 ) -> WorldRun:
     """Drive every round of ``plan`` over the federation ``points`` (module docstring).
 
@@ -304,14 +281,14 @@ def run_world(
     setup : AuditSetup
     points : dict of int to ndarray
         Raw points per client id (written to an ``.npz`` file; the nodes load it).
-    plan : list of PlannedRelease
+    plan : list of Release
         The releases; their rounds are run in order, each once.
     directory : path
         Where the world's file is written.
     streaming : bool
         Fold the replies as a run does (False: stack them, for the statistical pass).
     plan_hook : callable, optional
-        Applied to the plan before calibration (planted ledgers).
+        Applied to the calibrated ledger (planted ledgers).
 
     Returns
     -------
@@ -340,8 +317,8 @@ def run_world(
     pool = ClientPool(grid, config.federation)
     pool.register()
     pool.settings = client_settings(config)
-    planned = list(plan) if plan_hook is None else plan_hook(list(plan))
-    releases = calibrate(planned, epsilon=setup.epsilon, delta=setup.delta)
+    # the run's calibration (audit_plan.planned_releases), as its ledger records it
+    releases = list(plan) if plan_hook is None else plan_hook(list(plan))
     secagg = setup.aggregation == "secagg"
     if secagg:
         from fedkmeans.server.secagg import SecAggAggregator
@@ -355,7 +332,7 @@ def run_world(
     ctx.streaming = streaming
     arrays = broadcast(setup)
     replies, errors, tolerance = {}, {}, {}
-    for group in dict.fromkeys(p.group for p in planned):
+    for group in dict.fromkeys(r.group for r in releases):
         known = stage_of_round(group)
         try:
             replies[group] = ctx.query(known.name, group, arrays,
@@ -468,8 +445,8 @@ def _joint_changes(into: WorldRun, out: WorldRun, plan: list[PlannedRelease], bo
 def sensitivity_audit(
     setup: AuditSetup,
     *,
-    plan_hook: Callable[[list[PlannedRelease]], list[PlannedRelease]] | None = None,
-    audited: Callable[[list[PlannedRelease]], list[PlannedRelease]] | None = None,
+    plan_hook: Callable[[list[Release]], list[Release]] | None = None,
+    audited: Callable[[list[Release]], list[Release]] | None = None,
     directory: str | Path | None = None,
 ) -> list[SensitivityRow]:
     """One row per planned release: measured change against the ledger's sensitivity.
@@ -478,7 +455,7 @@ def sensitivity_audit(
     ----------
     setup : AuditSetup
     plan_hook : callable, optional
-        Applied to the plan before calibration (a planted wrong ledger).
+        Applied to the calibrated ledger (a planted wrong ledger).
     audited : callable, optional
         Selects the planned releases that are driven (default: all); the others are
         failed rows, "left out of the audit".
