@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
+from fedkmeans.console import say
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.server.aggregation import Fold
 from fedkmeans.server.observer import RunObserver
@@ -116,10 +117,9 @@ class ClientPool:
                 + ", ".join(f"node {n}: d={d}" for n, d in sorted(dims.items()))
             )
         self.dim = next(iter(dims.values()))
-        LOG.info(
-            "registered %d nodes hosting %d clients (d=%d)",
-            len(self.node_clients), hosted, self.dim,
-        )
+        say(LOG, f"registered {len(replies)} nodes (d={self.dim})",
+            f"registered {len(self.node_clients)} nodes hosting {hosted} clients "
+            f"(d={self.dim})")
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -374,7 +374,12 @@ class ClientPool:
                 frozenset(triangles))
 
     def _reject(self, nid, round_name, reason, clients=None):
-        LOG.warning("round '%s': rejected reply of node %d: %s", round_name, nid, reason)
+        # the console names the round and the node; the reason (counts of a message,
+        # which clients' rows were not finite) only with the opt-in (fedkmeans.console)
+        say(LOG, None if clients else f"round '{round_name}': rejected the reply of node "
+            f"{nid} (why: diagnostics.json, federation.rejected_replies)",
+            f"round '{round_name}': rejected reply of node {nid}: {reason}",
+            level=logging.WARNING)
         self.rejected.append(
             {"round": round_name, "node": int(nid), "reason": reason, "clients": clients}
         )

@@ -53,6 +53,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
+from fedkmeans.console import say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.distributed import (
     MODULUS_RANGE,
@@ -330,10 +331,11 @@ class SecAggAggregator:
             "seconds": seconds,
             "statistics": per_stat,
         })
-        LOG.info(
-            "round '%s': SecAgg+ over %d/%d nodes, %d/%d clients (n_min %d), %.2f s",
-            round_name, n_nodes, len(nodes), n_surv, n_asked, n_min, seconds,
-        )
+        # participation and n_min (from the number of asked clients) are diagnostics
+        say(LOG, f"round '{round_name}': SecAgg+ sum unmasked (participation: "
+            "diagnostics.json, secagg.rounds)",
+            f"round '{round_name}': SecAgg+ over {n_nodes}/{len(nodes)} nodes, "
+            f"{n_surv}/{n_asked} clients (n_min {n_min}), {seconds:.2f} s")
         return Replies(
             client_ids=np.zeros(0, np.int64),
             stats=totals,
