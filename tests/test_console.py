@@ -1,0 +1,167 @@
+"""The server's console says the same for neighbouring federations (as release.json does).
+
+A console line may carry only public settings, values of the ledger and
+post-processings of the noisy releases (:mod:`fedkmeans.console`). So two federations
+that differ by one client (client level) or by one data point that is its client's only
+point (data-point level) print the same lines once the values the noisy releases decide
+are replaced by placeholders: the returned centers and why (``centers_from``, the
+check's noisy margin), the epsilon the calibrated plan spends, the estimated share of
+clipped points. With the operator's opt-in (``FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1``) the
+lines do differ: the comparison is not vacuous.
+
+The in-process engine runs the same server code as ``flwr run`` (:mod:`fedkmeans.runner`
+through the ServerApp; :func:`fedkmeans.flower_logging.log_through_flower` hands these
+records to Flower's handlers, which ``flwr run --stream`` prints), so capturing the
+``fedkmeans`` and ``flwr`` loggers here captures every line of either.
+"""
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_server_inprocess
+
+from fedkmeans import console
+from fedkmeans.client_app import app as client_app
+from fedkmeans.data import _npz_version
+from fedkmeans.data.npz import save_npz
+from fedkmeans.experiment import run
+
+CLIENTS = 60
+
+
+def _write(path: Path, *, clients: int, single: bool = False) -> None:
+    """``clients`` clients of 30 points in 6-d around 3 means (the same first clients).
+
+    ``single``: one more client with a single point far out (clipped by a declared
+    radius), so removing that point removes its client.
+    """
+    rng = np.random.default_rng(0)
+    means = rng.normal(scale=4.0, size=(3, 6))
+    labels = rng.integers(3, size=(CLIENTS + 1, 30))[:clients]
+    x = means[labels.ravel()] + rng.normal(size=((CLIENTS + 1) * 30, 6))[:clients * 30]
+    owner = np.repeat(np.arange(clients), 30)
+    if single:
+        x = np.vstack([x, np.full((1, 6), 40.0)])
+        owner = np.append(owner, clients)
+    server_x = means[np.repeat(np.arange(3), 20)] + np.random.default_rng(1).normal(size=(60, 6))
+    save_npz(path, x=x, client=owner, server_x=server_x)
+    _npz_version.cache_clear()
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+def _captured(go) -> list[str]:
+    """The lines ``go()`` logs through the ``fedkmeans`` and ``flwr`` loggers."""
+    handler, loggers = _Lines(), [logging.getLogger("fedkmeans"), logging.getLogger("flwr")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+    try:
+        go()
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    return handler.lines
+
+
+def _masked(lines: list[str], out: Path) -> list[str]:
+    """``lines`` with the values the noisy releases decide replaced by placeholders.
+
+    A line that a noisy release decides whether to print (step 2's fallback to uniform
+    weights) is left out.
+    """
+    release = json.loads((out / "release.json").read_text())
+    masked = []
+    for line in lines:
+        if "positive noisy weight" in line:  # step 2's fallback, read off its noisy release
+            continue
+        line = line.replace(str(out), "<out>").replace(release["centers_from"], "<centers>")
+        line = re.sub(r"epsilon \S+ of", "epsilon <spent> of", line)
+        line = re.sub(r"about \S+% of the points \(private estimate\)", "about <share>", line)
+        masked.append(re.sub(r"node \d+", "node <id>", line))  # ids of the infrastructure
+    return masked
+
+
+def _console(tmp_path, name, clients, extra, single=False):
+    data, out = tmp_path / f"{name}.npz", tmp_path / name
+    _write(data, clients=clients, single=single)
+    lines = _captured(lambda: run([
+        "dataset=npz", f"data.path={data}", "k=3", "federation.num-nodes=3",
+        "privacy.epsilon=4", f"output-dir={out}", *extra]))
+    return lines, _masked(lines, out)
+
+
+CASES = {
+    # defaults at client level: one client removed
+    "client": dict(extra=["privacy=client"], clients=(CLIENTS, CLIENTS - 1)),
+    # data-point level, a declared radius that clips: the only point of a client removed
+    "datapoint": dict(extra=["privacy=datapoint", "privacy.data-radius=8"],
+                      clients=(CLIENTS, CLIENTS), single=(True, False)),
+    "secagg": dict(extra=["privacy=client", "privacy.aggregation=secagg",
+                          "privacy.count-noise=gaussian", "federation.min-replies=0.8"],
+                   clients=(CLIENTS, CLIENTS - 1)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_neighbouring_federations_print_the_same_console(tmp_path, monkeypatch, case):
+    spec = CASES[case]
+    single = spec.get("single", (False, False))
+    monkeypatch.delenv(console.DIAGNOSTICS_ENV, raising=False)
+    raw, first = _console(tmp_path, "a", spec["clients"][0], spec["extra"], single[0])
+    _, second = _console(tmp_path, "b", spec["clients"][1], spec["extra"], single[1])
+    assert first == second
+    assert any("[summary]" in line for line in first) and any(
+        "[progress]" in line for line in first)
+    assert not any(console.NOT_PRIVATE in line or " s," in line for line in raw)
+    # the operator's opt-in prints the counts: then the neighbours' consoles differ
+    monkeypatch.setenv(console.DIAGNOSTICS_ENV, "1")
+    raw, first = _console(tmp_path, "c", spec["clients"][0], spec["extra"], single[0])
+    _, second = _console(tmp_path, "d", spec["clients"][1], spec["extra"], single[1])
+    assert first != second
+    assert f"WARNING {console.DIAGNOSTICS_ENV}=1: lines starting with" in raw[0]
+    assert any(line.startswith(f"INFO {console.NOT_PRIVATE} registered 3 nodes hosting")
+               for line in raw)
+
+
+def _fails_the_check(msg, context):
+    if msg.metadata.message_type == "query.check":
+        raise RuntimeError("node lost")
+    return client_app(msg, context)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_prints_the_same_console_for_neighbours(tmp_path, monkeypatch):
+    monkeypatch.delenv(console.DIAGNOSTICS_ENV, raising=False)
+    consoles = []
+    for name, clients in (("a", CLIENTS), ("b", CLIENTS - 1)):
+        data, out = tmp_path / f"{name}.npz", tmp_path / name
+        _write(data, clients=clients)
+        flat = {"data.name": "npz", "data.path": str(data), "k": 3, "privacy.level": "client",
+                "privacy.epsilon": 4.0, "federation.num-nodes": 3, "output-dir": str(out)}
+
+        def interrupted(flat=flat):
+            with pytest.raises(Exception, match="min-replies"):
+                run_server_inprocess(flat, app=_fails_the_check)
+
+        lines = _captured(interrupted)
+        lines += _captured(lambda flat=flat: run_server_inprocess(flat))
+        consoles.append(_masked(lines, out))
+    assert consoles[0] == consoles[1]
+    assert any("resuming from checkpoint" in line for line in consoles[0])
+    assert any("restored from the checkpoint" in line for line in consoles[0])
+    assert any("rejected the reply of node" in line for line in consoles[0])
