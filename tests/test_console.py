@@ -18,6 +18,7 @@ records to Flower's handlers, which ``flwr run --stream`` prints), so capturing 
 import json
 import logging
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,50 @@ def test_a_resumed_run_prints_the_same_console_for_neighbours(tmp_path, monkeypa
     assert any("resuming from checkpoint" in line for line in consoles[0])
     assert any("restored from the checkpoint" in line for line in consoles[0])
     assert any("rejected the reply of node" in line for line in consoles[0])
+
+
+@pytest.mark.flower
+def test_plain_flwr_run_streams_the_same_lines_and_no_diagnostics(tmp_path, monkeypatch):
+    """``flwr run --stream`` prints the in-process engine's console lines, nothing more of ours.
+
+    The data-point case with a radius that clips a node's point: the nodes' count of
+    clipped points, the clients' count and the timings stay off the stream.
+    """
+    from fedkmeans.engines.flower import (
+        PROJECT_DIR,
+        flower_env,
+        processes_with_env,
+        stop_all,
+    )
+
+    monkeypatch.delenv(console.DIAGNOSTICS_ENV, raising=False)
+    spec = CASES["datapoint"]
+    _, inprocess = _console(tmp_path, "inprocess", CLIENTS, spec["extra"], single=True)
+    data, out, home = tmp_path / "flower.npz", tmp_path / "flower", tmp_path / "flwr-home"
+    _write(data, clients=CLIENTS, single=True)
+    home.mkdir()
+    env = flower_env(home)
+    try:
+        proc = subprocess.run(
+            ["flwr", "run", ".", "--stream", "--run-config",
+             f"data.name='npz' data.path='{data}' k=3 federation.num-nodes=3 "
+             f"privacy.level='datapoint' privacy.data-radius=8.0 privacy.epsilon=4.0 "
+             f"output-dir='{out}'",
+             "--federation-config", "num-supernodes=3 init-args-num-cpus=2"],
+            cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        left = stop_all(lambda: processes_with_env("FLWR_HOME", str(home)))
+    assert left == []
+    assert (out / "release.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    stream = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in
+              (proc.stdout + proc.stderr).splitlines()]
+    # "INFO :      registered 3 nodes (d=6)" -> "INFO registered 3 nodes (d=6)"
+    streamed = _masked([re.sub(r"^(\w+)\s*:\s+", r"\1 ", line) for line in stream], out)
+    ours = [line for line in inprocess if not line.startswith("INFO [summary]")]
+    assert [line for line in streamed if line in ours] == ours
+    summary = [line for line in streamed if "[summary]" in line]
+    assert summary == [line for line in inprocess if "[summary]" in line]
+    joined = "\n".join(stream)
+    for diagnostic in ("hosting", "were clipped onto it", " s,", "cost",
+                       console.NOT_PRIVATE):
+        assert diagnostic not in joined.replace("noisy cost difference", "")
