@@ -29,6 +29,7 @@ from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.thresholds import noise_std
+from fedkmeans.stages.check import CHECK
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
 from fedkmeans.statements import (
     centers_from,
@@ -183,7 +184,8 @@ def _run_claimed(
     if tuning is not None:
         result["tuning"] = tuning
     if ctx.check is not None:
-        result["check"] = ctx.check
+        result["check"] = {**ctx.check, "budget_fraction": _check_fraction(
+            config, subspace=k_needed < pool.dim)}
     if ctx.spare_centers is not None:
         result["spare_centers"] = ctx.spare_centers
     if config.k_auto:
@@ -223,6 +225,18 @@ def _run_claimed(
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
     return len(algorithm(config.algorithm).rounds(config.privacy, full_rank=not subspace))
+
+
+def _check_fraction(config: ExperimentConfig, *, subspace: bool) -> float:
+    """The check's share of the calibrated plan's budget weight (0.1 with ``auto``).
+
+    The releases after the estimate round share the budget in proportion to their
+    weights (:mod:`fedkmeans.privacy.calibration`); ``privacy.check-share`` is the
+    check's weight on the scale of ``privacy.split``, this is its fraction of them all.
+    """
+    plan = algorithm(config.algorithm).release_plan(config.privacy, subspace=subspace)
+    total = sum(r.weight for r in plan)
+    return sum(r.weight for r in plan if r.group == CHECK.group) / total
 
 
 def _answering_everywhere(pool: ClientPool) -> int:

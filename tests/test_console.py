@@ -105,6 +105,44 @@ def _console(tmp_path, name, clients, extra, single=False):
     return lines, _masked(lines, out)
 
 
+def test_say_prints_the_public_line_unless_the_operator_opts_in(monkeypatch):
+    logger = logging.getLogger("fedkmeans.test_console")
+    monkeypatch.delenv(console.DIAGNOSTICS_ENV, raising=False)
+
+    def lines():
+        return _captured(lambda: (
+            console.say(logger, "registered 3 nodes", "registered 3 nodes hosting 60 clients"),
+            console.say(logger, None, "node 0: 4 points clipped"),
+            console.announce(logger)))
+
+    assert lines() == ["INFO registered 3 nodes"]
+    monkeypatch.setenv(console.DIAGNOSTICS_ENV, "1")
+    opted = lines()
+    assert opted[:2] == ["INFO [not private] registered 3 nodes hosting 60 clients",
+                         "INFO [not private] node 0: 4 points clipped"]
+    assert opted[2].startswith("WARNING FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1: lines starting "
+                               "with [not private]") and "NOT covered" in opted[2]
+
+
+def test_the_guarantee_names_the_neighbouring_relation_and_the_split():
+    from fedkmeans.config import parse_config
+    from fedkmeans.statements import guarantee
+
+    def sentence(**flat):
+        return guarantee(parse_config(flat), 0.9, secret_noise=True)
+
+    assert sentence(**{"privacy.level": "datapoint"}) == (
+        "(0.9, 1e-06)-DP for everything in release.json, for neighbouring federations that "
+        "differ by the addition or removal of one data point (one row of one client's "
+        "data), in the clients' data as the nodes hold it")
+    assert "the addition or removal of one client with all its data" in sentence(
+        **{"privacy.level": "client"})
+    split = sentence(**{"data.name": "file", "data.path": "x.csv",
+                        "data.server-fraction": 0.1})
+    assert "after data.server-fraction's seeded split of the file" in split
+    assert "removing a row of the input file can change which rows the server draws" in split
+
+
 CASES = {
     # defaults at client level: one client removed
     "client": dict(extra=["privacy=client"], clients=(CLIENTS, CLIENTS - 1)),

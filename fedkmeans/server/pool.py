@@ -117,9 +117,8 @@ class ClientPool:
                 + ", ".join(f"node {n}: d={d}" for n, d in sorted(dims.items()))
             )
         self.dim = next(iter(dims.values()))
-        say(LOG, f"registered {len(replies)} nodes (d={self.dim})",
-            f"registered {len(self.node_clients)} nodes hosting {hosted} clients "
-            f"(d={self.dim})")
+        say(LOG, f"registered {len(replies)} nodes (d={self.dim})", f"registered "
+            f"{len(self.node_clients)} nodes hosting {hosted} clients (d={self.dim})")
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -374,15 +373,14 @@ class ClientPool:
                 frozenset(triangles))
 
     def _reject(self, nid, round_name, reason, clients=None):
-        # the console names the round and the node; the reason (counts of a message,
-        # which clients' rows were not finite) only with the opt-in (fedkmeans.console)
+        # the console: round and node; the reason (a message's counts, which clients'
+        # rows were not finite) only with the opt-in (fedkmeans.console)
         say(LOG, None if clients else f"round '{round_name}': rejected the reply of node "
             f"{nid} (why: diagnostics.json, federation.rejected_replies)",
             f"round '{round_name}': rejected reply of node {nid}: {reason}",
             level=logging.WARNING)
-        self.rejected.append(
-            {"round": round_name, "node": int(nid), "reason": reason, "clients": clients}
-        )
+        self.rejected.append({"round": round_name, "node": int(nid), "reason": reason,
+                              "clients": clients})
         return np.zeros(0, np.int64), {}, frozenset()
 
     def _send(
