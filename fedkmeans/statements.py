@@ -16,7 +16,8 @@ from typing import Any
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.tuning.estimates import PrivateEstimates
 
-__all__ = ["centers_from", "clipping_summary", "guarantee", "neighbouring", "summary_line"]
+__all__ = ["centers_from", "centers_returned", "clipping_summary", "guarantee", "neighbouring",
+           "summary_line"]
 
 
 def neighbouring(config: ExperimentConfig) -> str:
@@ -98,6 +99,23 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
         return (f"{config.algorithm} (k-means on the server's data: the estimate round "
                 "shows too few clients for the protocol at this epsilon)")
     return config.algorithm
+
+
+def centers_returned(result: dict[str, Any]) -> str:
+    """A short label of :func:`centers_from` for tables (sweep rows, the report).
+
+    ``protocol`` or ``server-only (check)`` when the final private choice ran;
+    ``server-only (too few clients)`` when the estimate round resolved the run to
+    k-means on the server's data (``tuning.chosen.algorithm`` differs from the declared
+    one); otherwise the algorithm's name.
+    """
+    check = result.get("check")
+    if check is not None:
+        return "protocol" if check["chosen"] == "protocol" else "server-only (check)"
+    resolved = result.get("tuning", {}).get("chosen", {}).get("algorithm")
+    if resolved is not None and resolved != result.get("algorithm"):
+        return "server-only (too few clients)"
+    return str(result.get("algorithm", ""))
 
 
 def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,

@@ -143,6 +143,20 @@ def test_the_guarantee_names_the_neighbouring_relation_and_the_split():
     assert "removing a row of the input file can change which rows the server draws" in split
 
 
+def test_sweep_rows_say_whose_centers_the_run_returned():
+    from fedkmeans.statements import centers_returned
+    from fedkmeans.sweep import result_row
+
+    checked = {"algorithm": "feddp-kmeans", "check": {"chosen": "server-only",
+                                                      "margin_sigmas": 0.5}}
+    row = result_row(0, [], checked, 1.0)
+    assert (row["centers_returned"], row["check_margin_sigmas"]) == ("server-only (check)", 0.5)
+    assert centers_returned({**checked, "check": {"chosen": "protocol"}}) == "protocol"
+    assert centers_returned({"algorithm": "feddp-kmeans", "tuning": {
+        "chosen": {"algorithm": "server-lloyds"}}}) == "server-only (too few clients)"
+    assert centers_returned({"algorithm": "kfed"}) == "kfed"
+
+
 CASES = {
     # defaults at client level: one client removed
     "client": dict(extra=["privacy=client"], clients=(CLIENTS, CLIENTS - 1)),
