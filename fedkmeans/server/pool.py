@@ -30,7 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
-from fedkmeans.console import say
+from fedkmeans.console import DIAGNOSTICS_ENV, diagnostics_on_console, say
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.server.aggregation import Fold
 from fedkmeans.server.observer import RunObserver
@@ -217,11 +217,12 @@ class ClientPool:
         ids = sink.client_ids()
         self._record_answers(round_name, requested, ids)
         need = math.ceil(self.federation.min_replies * len(wanted))
-        if ids.size < need:
-            raise FederationError(
-                f"round '{round_name}': {ids.size} of {len(wanted)} requested clients gave a "
-                f"valid reply, federation.min-replies requires {need}"
-            )
+        if ids.size < need:  # the counts are client data: only with the opt-in
+            raise FederationError(f"round '{round_name}': " + (
+                f"{ids.size} of {len(wanted)} requested clients gave a valid reply, "
+                f"federation.min-replies requires {need}" if diagnostics_on_console() else
+                "too few requested clients gave a valid reply for federation.min-replies="
+                f"{self.federation.min_replies:g} (the counts: {DIAGNOSTICS_ENV}=1)"))
         result = sink.replies()
         for observer in self.observers:
             observer.on_replies(round_name, result)

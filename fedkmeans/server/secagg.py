@@ -53,7 +53,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.console import say
+from fedkmeans.console import diagnostics_on_console, say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.distributed import (
     MODULUS_RANGE,
@@ -145,10 +145,12 @@ class _Workflow(SecAggPlusWorkflow):
         ok = super().collect_masked_vectors_stage(grid, context, state)
         survivors = sum(self.clients_of.get(nid, 0) for nid in state.active_node_ids)
         if survivors < self.n_min:
+            counts = (f" ({survivors} of n_min={self.n_min})" if diagnostics_on_console()
+                      else "")  # client counts: only with the opt-in
             self.halt_reason = (
-                f"the nodes whose masked vectors arrived host {survivors} asked clients, "
-                f"fewer than n_min={self.n_min}: their noise shares do not reach the "
-                "calibrated variance, so the sum is not unmasked"
+                f"the nodes whose masked vectors arrived host too few asked clients{counts}"
+                ": their noise shares do not reach the calibrated variance, so the sum is "
+                "not unmasked"
             )
             return False
         if not ok:
