@@ -21,6 +21,7 @@ import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 from flwr.app import Context, Message
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
@@ -262,11 +263,23 @@ subscribe(serve)
 
 @app.query("evaluate")
 def evaluate(msg: Message, context: Context) -> Message:
-    """Non-private evaluation of the final centers over every hosted client."""
+    """Non-private evaluation of the final centers over every hosted client.
+
+    Also the number of the node's points clipped to the data radius
+    (``clipped_points``: for ``diagnostics.json``, never for the console).
+    """
     arrays, settings = unpack(msg.content)
     with node_data(context, settings).resident() as node, one_blas_thread():
         out = node.evaluate(arrays["centers"])
+        out["clipped_points"] = np.array([float(clipped_points(node))])
     return Message(pack(out), reply_to=msg)
+
+
+def clipped_points(node: NodeData) -> int:
+    """Points of ``node`` whose norm exceeded the radius they were clipped to (0: none)."""
+    if node.radius is None:
+        return 0
+    return sum(int((norms > node.radius).sum()) for norms in node.raw_norms.values())
 
 
 @app.train(mods=[secaggplus_mod])

@@ -240,7 +240,8 @@ class PrivacyConfig:
                                                                   "a float > 0")))
     #: FedDP-KMeans only: budget weight, on the scale of ``split``, of the final private
     #: choice (:mod:`fedkmeans.stages.check`) between the protocol's centers and k-means
-    #: on the server's data alone (0 = no choice; ``auto``: 10 % of the budget on every
+    #: on the server's data alone (0 = no choice; ``auto``: 10 % of the budget weight of the
+    #: releases after the estimate round, ``check.budget_fraction`` in release.json, on every
     #: private run with a fixed k).
     check_share: float | str = key(AUTO, auto_or(Constraint(
         lambda v: 0 <= v < math.inf, "a finite float >= 0 (0 = no check)")), when(

@@ -37,7 +37,8 @@ def federated_metrics(pool: ClientPool, centers: np.ndarray) -> dict:
     Returns
     -------
     dict
-        ``cost`` (mean squared distance to the nearest center), ``num_points`` and
+        ``cost`` (mean squared distance to the nearest center), ``num_points``,
+        ``clipped_points`` (points the nodes clipped to the data radius) and
         ``accuracy`` (Hungarian-matched), ``ari``, ``nmi`` or None without labels.
     """
     replies = pool.query_nodes("evaluate", {"centers": centers})
@@ -47,7 +48,9 @@ def federated_metrics(pool: ClientPool, centers: np.ndarray) -> dict:
     for r in replies:
         for value, row in zip(r.get("label_values", []), r.get("table", []), strict=True):
             tables[int(value)] = tables.get(int(value), 0) + row
-    out = {"cost": cost_sum / n_points, "num_points": int(n_points)}
+    out = {"cost": cost_sum / n_points, "num_points": int(n_points),
+           "clipped_points": int(sum(float(r["clipped_points"][0]) for r in replies
+                                     if "clipped_points" in r))}
     if tables:
         table = np.stack([tables[v] for v in sorted(tables)])
         out.update(

@@ -33,6 +33,7 @@ from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
 from fedkmeans.privacy.budget import joint_groups, joint_radius, reachable_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
@@ -264,14 +265,18 @@ class NodeData:
             self._owned = True
         self.clipped_clients, self.raw_norms, clipped, total = self._clip_points(radius)
         self.radius = float(radius)
-        if clipped:
-            # the node's own log (the operator's); this count never goes to the server.
+        if clipped and diagnostics_on_console():
+            # a count of the node's data: logged only with the operator's opt-in
+            # (fedkmeans.console), since a simulation's nodes log to the server's console;
+            # the server gets it from the non-private evaluation round only
+            # (diagnostics.json, metrics.clipped_points).
             # One warning per process: a simulation's nodes share a few processes, and
             # the server's summary line comes from the estimate round's release.
             log = LOG.debug if _CLIP_WARNED or not warn else LOG.warning
             _CLIP_WARNED.append(partition_id)
             log(
-                "node %d: %d of %d points (%.1f%%) lie outside privacy.data-radius = %g and "
+                NOT_PRIVATE + " node %d: %d of %d points (%.1f%%) lie outside "
+                "privacy.data-radius = %g and "
                 "were clipped onto it%s%s", partition_id, clipped, total, 100 * clipped / total,
                 radius, " -- every point: is data-radius far too small for this data?"
                 if clipped == total else "",

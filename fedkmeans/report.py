@@ -12,8 +12,8 @@ reads ``SWEEP_DIR/results.csv`` (:mod:`fedkmeans.sweep`) and writes to ``--out``
   and ARI against epsilon, laid out the same way;
 * ``report.md``: per (level, epsilon) a table of every algorithm's median cost ratio
   with its min-max, the smallest epsilon from which each algorithm stays within 1%
-  and 5% of optimal, a long table with accuracy, spent epsilon and timings, and the
-  failed jobs with their errors.
+  and 5% of optimal, a long table with whose centers the runs returned, the check's
+  median margin (noise std), accuracy, spent epsilon and timings, and the failed jobs.
 
 With several data sets in one sweep, every file gets the data set's name as a
 suffix (``cost_ratio-nycflights.png``). Needs matplotlib
@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -223,6 +223,12 @@ def _plot(
     return paths
 
 
+def _returned(rows: Sequence[dict]) -> str:
+    """Whose centers the runs returned: ``3 protocol, 2 server-only (check)``; '-' if unknown."""
+    counts = Counter(r["centers_returned"] for r in rows if r.get("centers_returned"))
+    return ", ".join(f"{n} {label}" for label, n in sorted(counts.items())) or "-"
+
+
 def _within(groups: dict[tuple, Group], level: str, algorithm: str, bar: float) -> str:
     """Smallest epsilon from which every larger epsilon has median cost ratio <= bar."""
     cells = sorted(
@@ -312,9 +318,10 @@ def markdown(rows: list[dict], dataset: str) -> str:
             )
     lines += ["", "## All cells", "",
               "| level | algorithm | T | \u03b5 target | runs ok/failed | max \u03b5 spent "
+              "| centers returned | check margin (\u03c3) median "
               "| cost/optimal median | min | max | accuracy median | ARI median | k "
               "| wall s median |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (level, algorithm, eps), g in sorted(
         groups.items(), key=lambda kv: (LEVELS.index(kv[0][0]) if kv[0][0] in LEVELS else 9,
                                         algorithms.index(kv[0][1]), kv[0][2])
@@ -325,9 +332,11 @@ def markdown(rows: list[dict], dataset: str) -> str:
         steps = sorted({r.get("privacy.lloyds-steps", "") for r in g.rows})
         ks = sorted({r.get("k_chosen", "") for r in g.ok} - {""}, key=float)
         acc, ari, wall = g.summary("accuracy"), g.summary("ari"), g.summary("wall_s")
+        margin = g.summary("check_margin_sigmas")
         lines.append(
             f"| {level} | {algorithm} | {'/'.join(steps)} | {_eps_label(eps)} | "
             f"{len(g.ok)}/{len(g.failed)} | {_fmt(max(spent) if spent else None)} | "
+            f"{_returned(g.ok)} | {_fmt(margin and margin[0], 2)} | "
             f"{_fmt(ratio and ratio[0])} | {_fmt(ratio and ratio[1])} | "
             f"{_fmt(ratio and ratio[2])} | {_fmt(acc and acc[0], 3)} | "
             f"{_fmt(ari and ari[0], 3)} | {'/'.join(str(int(float(k))) for k in ks) or '-'} | "

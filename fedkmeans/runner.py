@@ -20,6 +20,7 @@ from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
 from fedkmeans.config import ExperimentConfig, check_server_points
+from fedkmeans.console import announce, say
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.rundir import claim_output_dir
@@ -27,7 +28,15 @@ from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.thresholds import noise_std
+from fedkmeans.stages.check import CHECK
 from fedkmeans.stages.estimate import ESTIMATE
+from fedkmeans.statements import (
+    centers_from,
+    clipping_summary,
+    guarantee,
+    neighbouring,
+    summary_line,
+)
 from fedkmeans.tuning.estimates import PrivateEstimates
 from fedkmeans.tuning.plan import RunPlan, plan_run
 from fedkmeans.tuning.resolve import client_settings, resolve_auto
@@ -71,6 +80,7 @@ def run_server(
         configuration (before any node is asked anything).
     """
     output_dir = _output_dir(config, run_id)
+    announce(LOG)  # with the operator's opt-in: the lines marked not private
     with claim_output_dir(output_dir, config):
         return _run_claimed(grid, config, output_dir, observers)
 
@@ -136,7 +146,7 @@ def _run_claimed(
         spent = math.inf
     result = {
         "algorithm": declared.algorithm,
-        "centers_from": _centers_from(declared, config, ctx),
+        "centers_from": centers_from(declared, config, ctx.check),
         "seed": config.seed,
         "k": chosen.k,
         "centers": centers.tolist(),
@@ -149,15 +159,16 @@ def _run_claimed(
             "releases": [r.to_dict() for r in ctx.accountant.releases],
             "non_private_releases": ctx.non_private,
             "aggregation": config.privacy.aggregation,
-            "accountant": "dp-accounting PLD, " + _neighbouring(config),
+            "accountant": "dp-accounting PLD, " + neighbouring(config),
             "noise": _noise_source(ctx),
-            "guarantee": _guarantee(config, spent, ctx),
+            "guarantee": guarantee(config, spent, secret_noise=randomness.is_secure),
         },
         "metrics": {
             **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi")},
             "optimal_cost": best,
             "cost_ratio": evaluation["cost"] / best if best else None,
             "num_points": evaluation["num_points"],
+            "clipped_points": evaluation["clipped_points"],
             "note": NOTE,
         },
         "federation": {
@@ -173,7 +184,8 @@ def _run_claimed(
     if tuning is not None:
         result["tuning"] = tuning
     if ctx.check is not None:
-        result["check"] = ctx.check
+        result["check"] = {**ctx.check, "budget_fraction": _check_fraction(
+            config, subspace=k_needed < pool.dim)}
     if ctx.spare_centers is not None:
         result["spare_centers"] = ctx.spare_centers
     if config.k_auto:
@@ -189,27 +201,42 @@ def _run_claimed(
             "noise": "distributed: each asked client adds N(0, sigma^2 / min_clients); the "
             "ledger records sigma, the noise guaranteed with at least min_clients "
             "survivors (sigma_effective, with the survivors' shares, is a diagnostic)",
-            "neighbouring": _neighbouring(config),
+            "neighbouring": neighbouring(config),
             "rounds": pool.secagg.rounds,
         }
     for observer in observers:  # observers that report add their own section
         section = observer.report(centers=centers, result=result)
         if section is not None:
             result[observer.result_key] = section
-            for line in observer.summary_lines(section):
-                LOG.info("[%s] %s", observer.result_key, line)
+            key = observer.result_key
+            say(LOG, f"[{key}] report: diagnostics.json, {key} (not private)")
+            for line in observer.summary_lines(section):  # scored on the clients' data
+                say(LOG, None, f"[{key}] {line}")
     path = write_artefacts(output_dir, result, seed_is_secret=not randomness.is_secure)
-    LOG.info(
-        "%s: cost %.4f (optimal %s), epsilon %s%s; wrote %s",
-        config.algorithm, evaluation["cost"], best, result["privacy"]["epsilon"],
-        _clipping_summary(declared, config, ctx.estimates), path,
-    )
+    say(LOG, None, f"{config.algorithm}: cost {evaluation['cost']:.6g} on the clients' raw "
+        f"data (optimal {best if best is None else format(best, '.6g')}), "
+        f"{evaluation['num_points']} points of which "
+        f"{evaluation['clipped_points']} clipped, {timings['total']:.1f} s")
+    LOG.info("%s", summary_line(
+        result, clipping_summary(declared, config, ctx.estimates), path))
     return result
 
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
     return len(algorithm(config.algorithm).rounds(config.privacy, full_rank=not subspace))
+
+
+def _check_fraction(config: ExperimentConfig, *, subspace: bool) -> float:
+    """The check's share of the calibrated plan's budget weight (0.1 with ``auto``).
+
+    The releases after the estimate round share the budget in proportion to their
+    weights (:mod:`fedkmeans.privacy.calibration`); ``privacy.check-share`` is the
+    check's weight on the scale of ``privacy.split``, this is its fraction of them all.
+    """
+    plan = algorithm(config.algorithm).release_plan(config.privacy, subspace=subspace)
+    total = sum(r.weight for r in plan)
+    return sum(r.weight for r in plan if r.group == CHECK.group) / total
 
 
 def _answering_everywhere(pool: ClientPool) -> int:
@@ -225,28 +252,6 @@ def _noise_source(ctx: ServerContext) -> dict:
     if ctx.config.privacy.aggregation == "secagg":
         out["secagg_shares"] = "secret: each client's CSPRNG, fresh per release"
     return out
-
-
-def _guarantee(config: ExperimentConfig, spent: float, ctx: ServerContext) -> str:
-    """One sentence: what release.json is protected by, and against whom."""
-    if math.isinf(spent):
-        return "none: the run released client statistics without noise"
-    sentence = (
-        f"({spent:.4g}, {config.privacy.delta:g})-DP for neighbours that differ by "
-        f"{_neighbouring(config)}, for everything in release.json"
-    )
-    if not ctx.private_randomness.is_secure:
-        sentence += ", only against someone who does not know the seed"
-    return sentence
-
-
-def _neighbouring(config: ExperimentConfig) -> str:
-    """The neighbouring relation the accounting holds for (docs/secagg.md)."""
-    if config.privacy.level == "datapoint":
-        return "add/remove one data point"
-    if config.privacy.aggregation == "secagg":
-        return "zero-out one client (its participation is visible to the server)"
-    return "add/remove one client"
 
 
 def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
@@ -283,40 +288,6 @@ def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstim
     return PrivateEstimates.read(
         noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients,
         registered=int(ctx.pool.client_ids.size))
-
-
-def _centers_from(declared: ExperimentConfig, config: ExperimentConfig,
-                  ctx: ServerContext) -> str:
-    """The algorithm whose centers the run returns (the final choice may pick Q's).
-
-    The check picks them after the protocol; the estimate round before it, when it
-    shows too few clients (the resolved algorithm then differs from the declared one).
-    """
-    if ctx.check is not None and ctx.check["chosen"] == "server-only":
-        return "server-lloyds (k-means on the server's data, chosen by the final private choice)"
-    if config.algorithm != declared.algorithm:
-        return (f"{config.algorithm} (k-means on the server's data: the estimate round shows "
-                "too few clients for the protocol at this epsilon)")
-    return config.algorithm
-
-
-def _clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
-                      estimates: PrivateEstimates | None) -> str:
-    """The run's clipping, for its summary line: the estimated share of points beyond Δ.
-
-    From the estimate round's release (post-processing); '' without one. Says what to
-    set when a declared radius clips more than 5 % of the points.
-    """
-    if estimates is None:
-        return ""
-    radius = float(config.privacy.data_radius)
-    outside = estimates.outside_fraction(radius)
-    if outside is None:
-        return ""
-    hint = ("; set privacy.data-radius=auto to estimate it"
-            if "data_radius" not in declared.privacy.auto_keys and outside > 0.05 else "")
-    return (f"; about {100 * outside:.1f}% of the points (private estimate) lie outside "
-            f"privacy.data-radius = {radius:.4g}{hint}")
 
 
 def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:

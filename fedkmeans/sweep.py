@@ -11,7 +11,11 @@ row to ``<sweep dir>/results.csv``:
   ``output-dir`` is ``<sweep dir>/runs/<hash of the config>``, so a sweep extended
   later into the same directory (``privacy.epsilon=1.2`` added) never reuses another
   configuration's directory, and re-running a configuration resumes its checkpoint;
-* the result: ``k_chosen``, ``epsilon_spent``, ``cost``, ``optimal_cost``,
+* the result: ``k_chosen``, ``epsilon_spent``, ``centers_returned`` (``protocol``,
+  ``server-only (check)``, ``server-only (too few clients)`` or the algorithm: whose
+  centers the run returned, :func:`fedkmeans.statements.centers_returned`),
+  ``check_margin_sigmas`` (the final private choice's noisy cost difference in noise
+  standard deviations; empty without a check), ``cost``, ``optimal_cost``,
   ``cost_ratio``, ``accuracy``, ``ari``, ``nmi``, ``num_points``, ``num_clients``,
   ``num_nodes``, ``rejected_replies``;
 * timings in seconds: ``time_total`` (server), ``time_calibration``,
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from fedkmeans.config import config_keys
+from fedkmeans.statements import centers_returned
 
 try:  # POSIX advisory locks; elsewhere appends are not guarded
     import fcntl
@@ -61,7 +66,8 @@ ERROR_FILE = "error.txt"
 
 #: Columns after the config keys.
 RESULT_COLUMNS = (
-    "k_chosen", "epsilon_spent", "cost", "optimal_cost", "cost_ratio", "accuracy", "ari",
+    "k_chosen", "epsilon_spent", "centers_returned", "check_margin_sigmas", "cost",
+    "optimal_cost", "cost_ratio", "accuracy", "ari",
     "nmi", "num_points", "num_clients", "num_nodes", "rejected_replies",
     "time_total", "time_calibration", "time_register", "time_init", "time_lloyds",
     "time_evaluate", "time_optimal_cost", "wall_s", "result_path",
@@ -145,6 +151,8 @@ def result_row(
         **result.get("config", {}),
         "k_chosen": result.get("k"),
         "epsilon_spent": result.get("privacy", {}).get("epsilon"),
+        "centers_returned": centers_returned(result),
+        "check_margin_sigmas": (result.get("check") or {}).get("margin_sigmas"),
         **{key: metrics.get(key) for key in (
             "cost", "optimal_cost", "cost_ratio", "accuracy", "ari", "nmi", "num_points")},
         "num_clients": federation.get("num_clients"),

@@ -99,6 +99,16 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     released = {r["stage"]: r for r in result["privacy"]["releases"]}
     assert released["check/cost_difference"]["sensitivity"] == 2.0
     assert result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
+    # the margin in noise standard deviations, and centers_from says the same
+    sigma = released["check/cost_difference"]["noise_scale"]
+    margin = result["check"]["noisy_difference"] / sigma
+    assert result["check"]["margin_sigmas"] == pytest.approx(margin)
+    assert result["check"]["threshold_sigmas"] == pytest.approx(-1.6448536)
+    assert result["centers_from"] == (
+        "server-lloyds (k-means on the server's data: the final private choice's noisy "
+        f"cost difference was {margin:+.2f} noise standard deviations, not below -1.645)")
+    # weight 0.1 next to the paper's split (weights summing to 1): 0.1 / 1.1 of the plan
+    assert result["check"]["budget_fraction"] == pytest.approx(0.1 / 1.1)
 
 
 @pytest.mark.slow
@@ -106,6 +116,20 @@ def test_the_check_keeps_good_centers(small_config):
     result = run_flat(_checked(small_config, **{"privacy.epsilon": 50.0}))
     assert result["check"]["chosen"] == "protocol"
     assert result["check"]["noisy_difference"] < 0
+    assert result["centers_from"].startswith("feddp-kmeans (the protocol's centers: ")
+    assert result["centers_from"].endswith("noise standard deviations, below -1.645)")
+
+
+def test_auto_check_share_is_a_tenth_of_the_plan_and_release_json_says_so(small_config):
+    result = run_flat({**small_config, "privacy.check-share": "auto",
+                       "privacy.check-clip": "auto", "privacy.lloyds-steps": 2})
+    chosen = result["tuning"]["chosen"]["check_share"]
+    assert result["check"]["budget_fraction"] == pytest.approx(0.1)
+    # the weight on the scale of split: 0.1 / 0.9 of the other releases' total weight
+    others = sum(r.weight for r in release_plan(
+        "feddp-kmeans", parse_config({**small_config, "privacy.lloyds-steps": 2}).privacy))
+    assert chosen == pytest.approx(others / 9) and others > 1
+    assert f"weight {chosen:.4g} on the scale of split" in result["tuning"]["why"]["check_share"]
     assert result["privacy"]["epsilon"] <= 50.0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -353,6 +354,66 @@ MALFORMED = {
 }
 
 
+#: The row of docs/own-data.md's error table that documents each case.
+DOCUMENTED = {
+    "missing-client-column": "no client column", "non-numeric-column": "a non-numeric column",
+    "nan": "NaN or empty cells", "inf": "infinite values", "empty-client": "an empty client id",
+    "one-row": "one row", "header-only": "a header only", "empty-file": "an empty file",
+    "wrong-delimiter": "the wrong delimiter", "ragged-rows": "ragged rows",
+    "duplicate-column": "duplicate column names", "binary-file": "a binary file named `.csv`",
+    "not-parquet": "not a Parquet file", "unknown-extension": "an unknown extension",
+    "server-file-other-d": "a server file with another d",
+    "server-file-missing": "the server's file does not exist",
+    "no-server-data": "no server data", "two-server-sources": "two server sources",
+    "server-fraction-too-small": "a server fraction too small",
+    "missing-label-column": "no label column",
+    "missing-feature-column": "a feature that is not there",
+    "more-clients-than-rows": "more clients than rows",
+    "dirichlet-empty-client": "a Dirichlet split left a client empty",
+    "npz-not-an-archive": "not an `.npz` archive",
+    "npz-without-client": "an `.npz` file without `client`",
+    "npz-unknown-key": "an `.npz` file with another key",
+    "npz-dirichlet-without-labels": "`dirichlet` without labels",
+}
+
+
+#: Cases the table shows by another example of the same message.
+SAME_AS_ROW = {"server-file-non-numeric"}
+
+
+def _error_table() -> dict[str, str]:
+    """docs/own-data.md's error table: problem -> message (after ``data file PATH: ``)."""
+    text = (Path(__file__).parents[1] / "docs" / "own-data.md").read_text()
+    table = text.split("## The errors", 1)[1].split("\n\n| problem |", 1)[1]
+    rows = {}
+    for line in table.split("\n\n", 1)[0].splitlines()[2:]:
+        problem, message = (cell.strip() for cell in line.strip("|").split(" | ", 1))
+        rows[problem] = message.strip("`")
+    return rows
+
+
+def _documented(pattern: str, message: str) -> bool:
+    """``message`` is ``pattern`` with each ``...`` standing for any text."""
+    regex = ".*".join(re.escape(piece) for piece in pattern.split("..."))
+    return re.fullmatch(regex, message) is not None
+
+
+def test_every_row_of_the_error_table_is_a_tested_case():
+    assert sorted(_error_table()) == sorted(DOCUMENTED.values())
+    assert set(MALFORMED) == set(DOCUMENTED) | SAME_AS_ROW
+
+
+def test_a_missing_data_path_is_refused_as_the_docs_say(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        run([*RUN, f"data.path={tmp_path / 'mine.csv'}", f"output-dir={tmp_path / 'out'}"])
+    assert str(info.value) == (
+        "config key 'data.path' must name an existing data file (.csv, .tsv, .parquet or "
+        f"{'.npz'}), got '{tmp_path / 'mine.csv'}' (resolved to {tmp_path / 'mine.csv'})")
+    text = " ".join((Path(__file__).parents[1] / "docs" / "own-data.md").read_text().split())
+    assert ("`config key 'data.path' must name an existing data file (.csv, .tsv, .parquet or "
+            ".npz), got 'mine.csv' (resolved to /abs/mine.csv)`") in text
+
+
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_a_malformed_file_is_one_line_naming_it_and_nothing_runs(tmp_path, case):
     make, overrides, fragment = MALFORMED[case]
@@ -365,6 +426,8 @@ def test_a_malformed_file_is_one_line_naming_it_and_nothing_runs(tmp_path, case)
     assert "\n" not in message and message.startswith("data file ")
     assert str(tmp_path) in message, message  # names the file
     assert fragment in message, message
+    problem = message.split(": ", 1)[1]  # after "data file PATH: "
+    assert case in SAME_AS_ROW or _documented(_error_table()[DOCUMENTED[case]], problem), problem
     assert {p: (_digest(p), p.stat().st_mtime_ns) for p in tmp_path.iterdir()} == before
     assert not (tmp_path / "out").exists()  # refused before any round
 

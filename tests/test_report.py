@@ -40,6 +40,10 @@ def _fixture(path: Path) -> Path:
                 else 0.99 * eps, "cost": 50 * ratio, "optimal_cost": 50.0,
                 "cost_ratio": ratio, "accuracy": 2 - ratio, "ari": 1.5 - ratio,
                 "k_chosen": 10, "num_clients": 100, "num_points": 100000, "wall_s": 2.0,
+                # seed 0 of FedDP-KMeans keeps the protocol, seed 1 gets the server's
+                **({"centers_returned": ("protocol", "server-only (check)")[seed],
+                    "check_margin_sigmas": (-3.0, 1.0)[seed]}
+                   if algorithm == "feddp-kmeans" else {"centers_returned": algorithm}),
             })
             job += 1
     rows.append({**defaults, "job": job, "status": "failed", "overrides": "privacy.epsilon=-1",
@@ -73,6 +77,9 @@ def test_report_writes_plots_and_markdown(tmp_path):
     assert "\n| -1 |" not in md  # a cell without a successful run is not plotted or pivoted
     assert "| server-lloyds | not reached (best median 1.0700 at ε = 1) |" in md
     assert "| client | feddp-kmeans | 0 | 1 | 2/0 |" in md
+    # whose centers, and the median of the margins -3 and +1: -1.00
+    assert "| 2/0 | 0.9900 | 1 protocol, 1 server-only (check) | -1.00 |" in md
+    assert "| 2/0 | 0.9900 | 2 server-lloyds | - |" in md
     assert "## Failed jobs" in md and "privacy.epsilon=-1" in md
 
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import SMALL, run_server_inprocess
 
 from fedkmeans import client_app
+from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 
@@ -17,7 +18,10 @@ def _reject_constant(value):
     raise ValueError(f"non-strict JSON constant {value}")
 
 
-def test_extreme_data_writes_strict_json_and_warns_about_clipping(tmp_path, caplog):
+def test_extreme_data_writes_strict_json_and_warns_about_clipping(tmp_path, caplog,
+                                                                   monkeypatch):
+    # a node's count of clipped points is on the console only with the operator's opt-in
+    monkeypatch.setenv(DIAGNOSTICS_ENV, "1")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 3))
     x[5] = 1e200  # one absurd row
@@ -36,7 +40,12 @@ def test_extreme_data_writes_strict_json_and_warns_about_clipping(tmp_path, capl
     assert result["metrics"]["cost"] is None
     assert "metrics.cost" in result["null_reasons"]
     warnings = [r.getMessage() for r in caplog.records if "outside privacy.data-radius" in r.msg]
-    assert warnings and all("%" in w for w in warnings)
+    assert warnings and all("%" in w and w.startswith("[not private] ") for w in warnings)
+    # and in diagnostics.json: every client point beyond the radius (the 1e200 row too)
+    with np.errstate(over="ignore"):  # x holds the clients' rows only (server_x is apart)
+        expected = int((np.linalg.norm(x, axis=1) > 3.0).sum())
+    diagnostics = json.loads(Path(result["artefacts"]["diagnostics"]).read_text())
+    assert diagnostics["metrics"]["clipped_points"] == expected >= 1
 
 
 def _dead_in_lloyds(partition):

@@ -28,6 +28,7 @@ from fedkmeans.attacks.differencing import combine_runs, leading_direction
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.clustering import cluster_sums_counts
 from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2
@@ -273,11 +274,17 @@ def test_a_node_dropping_after_masking_is_recovered_with_enough_survivors(small_
     assert full["privacy"]["epsilon"] == result["privacy"]["epsilon"]
 
 
-def test_too_few_survivors_stop_the_round_before_unmasking(small_config):
+def test_too_few_survivors_stop_the_round_before_unmasking(small_config, monkeypatch):
     recorder = Recorder()
-    with pytest.raises(FederationError, match="n_min=12"):
+    monkeypatch.delenv(DIAGNOSTICS_ENV, raising=False)
+    with pytest.raises(FederationError, match="host too few asked clients: ") as stopped:
         run_server_inprocess({**small_config, **SECAGG}, [recorder], app=_flaky(1))
+    assert "n_min" not in str(stopped.value)  # a count of clients: not without the opt-in
     assert recorder.replies == {} and recorder.releases == {}  # nothing was unmasked
+    monkeypatch.setenv(DIAGNOSTICS_ENV, "1")
+    with pytest.raises(FederationError, match="n_min=12"):
+        run_server_inprocess({**small_config, **SECAGG,
+                              "output-dir": small_config["output-dir"] + "-2"}, app=_flaky(1))
 
 
 def test_secagg_needs_two_nodes(small_config):

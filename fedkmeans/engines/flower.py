@@ -285,7 +285,7 @@ def run_flower(
 
 
 #: Lines of the run's stream shown to the user while it runs (the rest goes to the log).
-_FORWARD = (b"[progress]", b"registered ", b"WARNING", b"ERROR")
+_FORWARD = (b"[progress]", b"[summary]", b"[not private]", b"registered ", b"WARNING", b"ERROR")
 #: Flower's own chatter, not worth a user's attention: its shutdown notice, and a
 #: notice about the default SuperNode count, printed although the run sets it.
 _QUIET = (b"Manually terminating", b"default simulated SuperNodes changed")

@@ -22,6 +22,7 @@ import numpy as np
 from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.console import say
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
 from fedkmeans.privacy.budget import joint_groups, joint_radius
@@ -119,21 +120,26 @@ class ServerContext:
             outputs = compute()
         if self.checkpoint is not None:
             self.checkpoint.save(name, outputs, self.accountant, self.non_private)
-        self._progress(name, f"done in {self.timings[name]:.1f} s")
+        self._progress(name, "done", f" in {self.timings[name]:.1f} s")
         return outputs
 
-    def _progress(self, name: str, what: str) -> None:
-        """One ``[progress]`` line per round: count, elapsed and ETA (streamed by Flower)."""
+    def _progress(self, name: str, what: str, took: str = "") -> None:
+        """One ``[progress]`` line per round: the count of rounds (streamed by Flower).
+
+        The rounds' names and number are public (the plan); their timings depend on
+        the clients' data, so the time taken, the elapsed time and the ETA are on the
+        line only with the operator's opt-in (:mod:`fedkmeans.console`).
+        """
         self._done += 1
         if not self.progress:
             return
         elapsed = time.perf_counter() - self._started
         total = self.expected_rounds
-        line = f"[progress] round {name} {what} ({self._done}/{total or '?'})"
-        line += f", elapsed {elapsed:.1f} s"
+        count = f"({self._done}/{total or '?'})"
+        timed = f"[progress] round {name} {what}{took} {count}, elapsed {elapsed:.1f} s"
         if total and self._done < total:
-            line += f", ETA {elapsed / self._done * (total - self._done):.0f} s"
-        LOG.info("%s", line)
+            timed += f", ETA {elapsed / self._done * (total - self._done):.0f} s"
+        say(LOG, f"[progress] round {name} {what} {count}", timed)
 
     @property
     def k(self) -> int:

@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
 from fedkmeans.config import FederationConfig
+from fedkmeans.console import DIAGNOSTICS_ENV, diagnostics_on_console, say
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.server.aggregation import Fold
 from fedkmeans.server.observer import RunObserver
@@ -116,10 +117,8 @@ class ClientPool:
                 + ", ".join(f"node {n}: d={d}" for n, d in sorted(dims.items()))
             )
         self.dim = next(iter(dims.values()))
-        LOG.info(
-            "registered %d nodes hosting %d clients (d=%d)",
-            len(self.node_clients), hosted, self.dim,
-        )
+        say(LOG, f"registered {len(replies)} nodes (d={self.dim})", f"registered "
+            f"{len(self.node_clients)} nodes hosting {hosted} clients (d={self.dim})")
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -218,11 +217,12 @@ class ClientPool:
         ids = sink.client_ids()
         self._record_answers(round_name, requested, ids)
         need = math.ceil(self.federation.min_replies * len(wanted))
-        if ids.size < need:
-            raise FederationError(
-                f"round '{round_name}': {ids.size} of {len(wanted)} requested clients gave a "
-                f"valid reply, federation.min-replies requires {need}"
-            )
+        if ids.size < need:  # the counts are client data: only with the opt-in
+            raise FederationError(f"round '{round_name}': " + (
+                f"{ids.size} of {len(wanted)} requested clients gave a valid reply, "
+                f"federation.min-replies requires {need}" if diagnostics_on_console() else
+                "too few requested clients gave a valid reply for federation.min-replies="
+                f"{self.federation.min_replies:g} (the counts: {DIAGNOSTICS_ENV}=1)"))
         result = sink.replies()
         for observer in self.observers:
             observer.on_replies(round_name, result)
@@ -374,10 +374,14 @@ class ClientPool:
                 frozenset(triangles))
 
     def _reject(self, nid, round_name, reason, clients=None):
-        LOG.warning("round '%s': rejected reply of node %d: %s", round_name, nid, reason)
-        self.rejected.append(
-            {"round": round_name, "node": int(nid), "reason": reason, "clients": clients}
-        )
+        # the console: round and node; the reason (a message's counts, which clients'
+        # rows were not finite) only with the opt-in (fedkmeans.console)
+        say(LOG, None if clients else f"round '{round_name}': rejected the reply of node "
+            f"{nid} (why: diagnostics.json, federation.rejected_replies)",
+            f"round '{round_name}': rejected reply of node {nid}: {reason}",
+            level=logging.WARNING)
+        self.rejected.append({"round": round_name, "node": int(nid), "reason": reason,
+                              "clients": clients})
         return np.zeros(0, np.int64), {}, frozenset()
 
     def _send(

@@ -53,6 +53,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
+from fedkmeans.console import diagnostics_on_console, say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import (
@@ -145,10 +146,12 @@ class _Workflow(SecAggPlusWorkflow):
         ok = super().collect_masked_vectors_stage(grid, context, state)
         survivors = sum(self.clients_of.get(nid, 0) for nid in state.active_node_ids)
         if survivors < self.n_min:
+            counts = (f" ({survivors} of n_min={self.n_min})" if diagnostics_on_console()
+                      else "")  # client counts: only with the opt-in
             self.halt_reason = (
-                f"the nodes whose masked vectors arrived host {survivors} asked clients, "
-                f"fewer than n_min={self.n_min}: their noise shares do not reach the "
-                "calibrated variance, so the sum is not unmasked"
+                f"the nodes whose masked vectors arrived host too few asked clients{counts}"
+                ": their noise shares do not reach the calibrated variance, so the sum is "
+                "not unmasked"
             )
             return False
         if not ok:
@@ -334,10 +337,11 @@ class SecAggAggregator:
             "seconds": seconds,
             "statistics": per_stat,
         })
-        LOG.info(
-            "round '%s': SecAgg+ over %d/%d nodes, %d/%d clients (n_min %d), %.2f s",
-            round_name, n_nodes, len(nodes), n_surv, n_asked, n_min, seconds,
-        )
+        # participation and n_min (from the number of asked clients) are diagnostics
+        say(LOG, f"round '{round_name}': SecAgg+ sum unmasked (participation: "
+            "diagnostics.json, secagg.rounds)",
+            f"round '{round_name}': SecAgg+ over {n_nodes}/{len(nodes)} nodes, "
+            f"{n_surv}/{n_asked} clients (n_min {n_min}), {seconds:.2f} s")
         return Replies(
             client_ids=np.zeros(0, np.int64),
             stats=totals,

@@ -130,7 +130,9 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
 
     ``z = CHOICE_STDS``, sigma the release's noise standard deviation.
 
-    Records ``{"chosen", "noisy_difference", "threshold", "clip"}`` in ``ctx.check``.
+    Records in ``ctx.check``: ``chosen``, ``noisy_difference``, ``noise_std`` (sigma),
+    ``margin_sigmas`` (the noisy difference over sigma: post-processing of the release,
+    fine to print), ``threshold`` and ``threshold_sigmas`` (``-z``), ``clip``.
     """
     sigma = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
     threshold = -CHOICE_STDS * sigma
@@ -147,10 +149,14 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
                 "noisy_difference": np.array([noisy]), "kept": np.array([kept])}
 
     out = ctx.round(CHECK.group, compute)
+    noisy = float(out["noisy_difference"][0])
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
-        "noisy_difference": float(out["noisy_difference"][0]),
+        "noisy_difference": noisy,
+        "noise_std": sigma,
+        "margin_sigmas": noisy / sigma,
         "threshold": threshold,
+        "threshold_sigmas": -CHOICE_STDS,
         "clip": check_clip_of(ctx.config.privacy),
         "rule": "the protocol's centers if the noisy sum of the clients' clipped "
                 f"d(p, A)^2 - d(p, B)^2 is below -{CHOICE_STDS:.4g} noise standard "

@@ -77,7 +77,10 @@ __all__ = [
 RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
-#: Share of the budget the final private choice takes with ``check-share = auto``.
+#: Fraction of the calibrated plan's budget weight (the releases after the estimate
+#: round, which share the budget in proportion to their weights) the final private
+#: choice takes with ``check-share = auto``; its weight on the scale of ``split`` is
+#: ``CHECK_FRACTION / (1 - CHECK_FRACTION)`` times the other releases' total weight.
 CHECK_FRACTION = 0.10
 #: Used for ``max-points-per-client = auto`` when the estimate round shows no client size
 #: above its noise floor (the earlier default of the key).
@@ -210,7 +213,9 @@ def _resolve_auto(
     if check_auto and checkable:
         best = _with_check(best, subspace=config.largest_k[1] < server_x.shape[1])
         record["why"]["check_share"] = (
-            f"the final private choice takes {CHECK_FRACTION:.0%} of the budget on every "
+            f"weight {best.privacy.check_share:.4g} on the scale of split: the final private "
+            f"choice takes {CHECK_FRACTION:.0%} of the budget weight of the releases "
+            "calibrated after the estimate round (check.budget_fraction) on every "
             "private FedDP-KMeans run: it returns the protocol's centers only if the "
             "clients' clipped costs prefer them by more than "
             f"{CHOICE_STDS:g} noise standard deviations, else k-means on the server's data")

@@ -1,0 +1,154 @@
+"""The sentences a run states: where its centers came from, its guarantee, its summary.
+
+Each is written into ``release.json`` or onto the console, so each is built only from
+declared settings, the ledger and post-processings of the noisy releases (the check's
+noisy difference in noise standard deviations, the estimate round's share of points
+beyond the radius); never from an exact count, a cost on the raw data or a timing
+(:mod:`fedkmeans.console`). ``centers_from`` and the summary line are one sentence,
+so ``release.json`` and the console say the same.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.tuning.estimates import PrivateEstimates
+
+__all__ = ["centers_from", "centers_returned", "clipping_summary", "guarantee", "neighbouring",
+           "summary_line"]
+
+
+def neighbouring(config: ExperimentConfig) -> str:
+    """The neighbouring relation the accounting holds for (docs/secagg.md), in short."""
+    if config.privacy.level == "datapoint":
+        return "add/remove one data point"
+    if config.privacy.aggregation == "secagg":
+        return "zero-out one client (its participation is visible to the server)"
+    return "add/remove one client"
+
+
+def _relation(config: ExperimentConfig) -> str:
+    """The neighbouring relation in full: what differs, and in which data."""
+    if config.privacy.level == "datapoint":
+        what = "the addition or removal of one data point (one row of one client's data)"
+    elif config.privacy.aggregation == "secagg":
+        what = ("one client's data replaced by none (zero-out: the client is still asked "
+                "and its participation is visible to the server)")
+    else:
+        what = "the addition or removal of one client with all its data"
+    where = "the clients' data as the nodes hold it"
+    if config.data.server_fraction > 0:
+        where += (" after data.server-fraction's seeded split of the file (the rows drawn "
+                  "for the server are public and not protected, and removing a row of "
+                  "the input file can change which rows the server draws)")
+    return f"{what}, in {where}"
+
+
+def guarantee(config: ExperimentConfig, spent: float, *, secret_noise: bool) -> str:
+    """One sentence: what release.json is protected by, for which neighbours, against whom.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+        The resolved config.
+    spent : float
+        The accountant's epsilon (inf: no noise).
+    secret_noise : bool
+        False when the noise was derived from the seed (``privacy.reproducible-noise``).
+    """
+    if math.isinf(spent):
+        return "none: the run released client statistics without noise"
+    sentence = (
+        f"({spent:.4g}, {config.privacy.delta:g})-DP for everything in release.json, "
+        f"for neighbouring federations that differ by {_relation(config)}"
+    )
+    if not secret_noise:
+        sentence += ", only against someone who does not know the seed"
+    return sentence
+
+
+def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
+                 check: dict | None) -> str:
+    """Whose centers the run returns, and why (``release.json["centers_from"]``).
+
+    The final private choice (:mod:`fedkmeans.stages.check`) picks the protocol's or
+    k-means on the server's data after the protocol, by its noisy cost difference in
+    noise standard deviations (``check["margin_sigmas"]``, post-processing of its
+    release); the estimate round picks the server's before it, when it shows too few
+    clients (the resolved algorithm then differs from the declared one).
+
+    Parameters
+    ----------
+    declared, config : ExperimentConfig
+        The config as given and as resolved.
+    check : dict or None
+        ``result["check"]``: None when no check ran.
+    """
+    if check is not None:
+        margin, bar = check["margin_sigmas"], check["threshold_sigmas"]
+        if check["chosen"] == "server-only":
+            return ("server-lloyds (k-means on the server's data: the final private "
+                    f"choice's noisy cost difference was {margin:+.2f} noise standard "
+                    f"deviations, not below {bar:.3f})")
+        return (f"{config.algorithm} (the protocol's centers: the final private choice's "
+                f"noisy cost difference was {margin:+.2f} noise standard deviations, below "
+                f"{bar:.3f})")
+    if config.algorithm != declared.algorithm:
+        return (f"{config.algorithm} (k-means on the server's data: the estimate round "
+                "shows too few clients for the protocol at this epsilon)")
+    return config.algorithm
+
+
+def centers_returned(result: dict[str, Any]) -> str:
+    """A short label of :func:`centers_from` for tables (sweep rows, the report).
+
+    ``protocol`` or ``server-only (check)`` when the final private choice ran;
+    ``server-only (too few clients)`` when the estimate round resolved the run to
+    k-means on the server's data (``tuning.chosen.algorithm`` differs from the declared
+    one); otherwise the algorithm's name.
+    """
+    check = result.get("check")
+    if check is not None:
+        return "protocol" if check["chosen"] == "protocol" else "server-only (check)"
+    resolved = result.get("tuning", {}).get("chosen", {}).get("algorithm")
+    if resolved is not None and resolved != result.get("algorithm"):
+        return "server-only (too few clients)"
+    return str(result.get("algorithm", ""))
+
+
+def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
+                     estimates: PrivateEstimates | None) -> str:
+    """The run's clipping, for its summary line: the estimated share of points beyond Δ.
+
+    From the estimate round's release (post-processing); '' without one. Says what to
+    set when a declared radius clips more than 5 % of the points.
+    """
+    if estimates is None:
+        return ""
+    radius = float(config.privacy.data_radius)
+    outside = estimates.outside_fraction(radius)
+    if outside is None:
+        return ""
+    hint = ("; set privacy.data-radius=auto to estimate it"
+            if "data_radius" not in declared.privacy.auto_keys and outside > 0.05 else "")
+    return (f"; about {100 * outside:.1f}% of the points (private estimate) lie outside "
+            f"privacy.data-radius = {radius:.4g}{hint}")
+
+
+def summary_line(result: dict[str, Any], clipping: str, path: object) -> str:
+    """The run's last console line: its centers and why, epsilon, clipping, the file.
+
+    Only ``release.json``'s fields (``centers_from``, the ledger's epsilon, the target)
+    and ``clipping`` (:func:`clipping_summary`); the costs on the raw data are in
+    ``diagnostics.json``.
+    """
+    privacy = result["privacy"]
+    return (f"[summary] {result['algorithm']}: returned {result['centers_from']}; "
+            f"epsilon {_number(privacy['epsilon'])} of {_number(privacy['target_epsilon'])} "
+            f"(delta {privacy['delta']:g}){clipping}; wrote {path}")
+
+
+def _number(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:.4g}"
