@@ -8,6 +8,7 @@ flower engine's) is written 0700/0600 (here and in tests/test_process_ownership.
 """
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -64,9 +65,7 @@ def private_tmp(monkeypatch):
     monkeypatch.setenv("TMPDIR", str(root))
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     yield root
-    for path in sorted(root.rglob("*"), reverse=True):
-        path.rmdir() if path.is_dir() else path.unlink()
-    root.rmdir()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_nameless_spill_answers_the_same_and_leaves_no_name(private_tmp):
@@ -134,3 +133,48 @@ def test_an_inprocess_run_s_spill_is_gone_after_sigkill(tmp_path, private_tmp):
     assert proc.wait() == -signal.SIGKILL
     assert everything_below(private_tmp) == []
     assert not (tmp_path / "out" / "result.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.flower
+@pytest.mark.parametrize("end", ["normal", "sigkill"])
+def test_plain_flwr_run_leaves_no_spill_file(end, tmp_path, private_tmp):
+    """``flwr run`` without the engine: no shared directory, each actor spills its own.
+
+    ``normal``: the run ends, then its processes are stopped by PID (as docs/running.md
+    says); ``sigkill``: every process of the run is killed -9 while the actors hold
+    their spill files (the worst way a Ray actor can end).
+    """
+    from fedkmeans.engines.flower import flower_env, processes_with_env, stop_all
+
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    out = tmp_path / "out"
+    env = {**flower_env(home), "TMPDIR": str(private_tmp)}
+    env.pop("FEDKMEANS_NODE_SHARDS", None)
+    steps = 40 if end == "normal" else 400
+    proc = subprocess.Popen(
+        ["flwr", "run", ".", "--stream", "--federation-config", "num-supernodes=6",
+         "--run-config", f"output-dir='{out}' federation.node-cache-mb=0.0001 "
+         f"data.num-clients=60 privacy.lloyds-steps={steps}"],
+        cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    run = lambda: processes_with_env("FLWR_HOME", str(home))  # noqa: E731
+    held: dict[str, int] = {}
+    try:
+        while proc.poll() is None and not held:
+            for pid in run():
+                held.update(spill_files(pid, private_tmp))
+            time.sleep(0.2)
+        if end == "sigkill":
+            for pid in run():
+                os.kill(pid, signal.SIGKILL)
+        output = proc.communicate()[0].decode(errors="replace")
+    finally:
+        left = stop_all(run)
+    assert held, "no actor spilled: " + output[-3000:]
+    assert set(held.values()) == {0o600}
+    assert left == []
+    assert (out / "result.json").exists() == (end == "normal"), output[-3000:]
+    assert [p for p in everything_below(private_tmp) if "fedkmeans" in p] == []
+    for pid in run():  # nothing of the run holds a spill file either
+        assert spill_files(pid, private_tmp) == {}
