@@ -120,14 +120,14 @@ def _shard_modes(tmp_root: Path, proc: subprocess.Popen) -> dict[str, tuple[bool
     """Whether each path of the run's shared node shards (``node-shards`` and below) is
     a directory, and its mode, once the actors have written a shard."""
     while proc.poll() is None:
-        shards = [p for d in tmp_root.glob("fedkmeans-flwr-*/node-shards")
-                  for p in [d, *d.rglob("*")]]
-        if any(p.name == "done" for p in shards):
-            try:
+        try:
+            shards = [p for d in tmp_root.glob("fedkmeans-flwr-*/node-shards")
+                      for p in [d, *d.rglob("*")]]
+            if any(p.name == "done" for p in shards):
                 return {str(p.relative_to(tmp_root)): (p.is_dir(), stat.S_IMODE(p.stat().st_mode))
                         for p in shards}
-            except FileNotFoundError:  # a shard renamed into place meanwhile: look again
-                pass
+        except FileNotFoundError:  # a shard renamed into place meanwhile: look again
+            pass
         time.sleep(0.2)
     pytest.fail(f"experiment ended early: {proc.stderr.read()[-2000:]}")
 
