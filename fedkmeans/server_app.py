@@ -13,7 +13,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.config import ExperimentConfig, parse_config
-from fedkmeans.flower_logging import log_through_flower
+from fedkmeans.flower_logging import log_through_flower, one_line_failure
 from fedkmeans.runner import run_server
 from fedkmeans.server.observer import RunObserver, attack
 
@@ -22,10 +22,15 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the configured algorithm on the connected nodes."""
+    """Run the configured algorithm on the connected nodes.
+
+    A failure is one ERROR line (:func:`fedkmeans.flower_logging.one_line_failure`) and
+    a failed run in Flower's records; ``flwr run --stream`` still exits 0.
+    """
     log_through_flower()
-    config = parse_config(context.run_config)
-    run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
+    with one_line_failure(context.run_id):
+        config = parse_config(context.run_config)
+        run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
 
 
 def observers_for(config: ExperimentConfig) -> list[RunObserver]:
