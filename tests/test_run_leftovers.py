@@ -4,8 +4,8 @@
   through the command line (Hydra's run directory goes too), not through ``flwr run``
   (whose failure is one ERROR line and a ``finished:failed`` run in ``flwr ls``);
 * the README's ``flwr run`` leaves the local SuperLink, its SuperExec and a zombie
-  simulation process; the stop command of docs/running.md (the SuperLink's PID, found
-  by its port) ends all three.
+  simulation process; the README's stop command (the SuperLink's PID, found by its
+  port) ends all three.
 """
 
 import json
@@ -131,8 +131,17 @@ def test_flwr_run_with_a_nan_fails_in_one_line_and_leaves_no_directory(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
-#: The stop command of README.md and docs/running.md, with the port as a variable.
-STOP = "kill $(lsof -t -iTCP:{port} -sTCP:LISTEN)"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stop_command(port: str) -> str:
+    """The README's stop command (also in docs/running.md), for the SuperLink on ``port``."""
+    (readme,) = [line.split("#")[0].strip() for line in
+                 (ROOT / "README.md").read_text().splitlines() if line.startswith("kill ")]
+    (running,) = [line for line in (ROOT / "docs" / "running.md").read_text().splitlines()
+                  if line.startswith("kill ")]
+    assert readme == running and "39091" in readme
+    return readme.replace("39091", port)
 
 
 @pytest.mark.slow
@@ -154,7 +163,7 @@ def test_the_stop_command_ends_what_the_readme_s_flwr_run_leaves(tmp_path):
                        for c in left.values())
         # the simulation process ends but is never reaped: a zombie of the SuperExec
         assert names == ["flower-superexec", "flower-superlink", "flwr-simulation"], left
-        stop = subprocess.run(["bash", "-c", STOP.format(port=port)], capture_output=True,
+        stop = subprocess.run(["bash", "-c", stop_command(port)], capture_output=True,
                               text=True)
         assert stop.returncode == 0, stop.stderr
         for pid in left:
