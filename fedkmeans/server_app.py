@@ -9,6 +9,8 @@ them to the honest runner (the runner never builds one).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
@@ -24,11 +26,15 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Run the configured algorithm on the connected nodes.
 
-    A failure is one ERROR line (:func:`fedkmeans.flower_logging.one_line_failure`) and
-    a failed run in Flower's records; ``flwr run --stream`` still exits 0.
+    Under Flower, a failure is one ERROR line
+    (:func:`fedkmeans.flower_logging.one_line_failure`) and a failed run in Flower's
+    records; ``flwr run --stream`` still exits 0. A grid whose caller reports errors
+    itself (``errors_to_caller``: the in-process engine) gets the exception as raised.
     """
     log_through_flower()
-    with one_line_failure(context.run_id):
+    report = nullcontext() if getattr(grid, "errors_to_caller", False) else one_line_failure(
+        context.run_id)
+    with report:
         config = parse_config(context.run_config)
         run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
 

@@ -9,6 +9,7 @@
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fedkmeans.config import parse_config
+from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.engines.flower import (
     PROJECT_DIR,
     flower_env,
@@ -71,6 +72,37 @@ def test_hydra_s_run_directory_goes_only_if_it_holds_nothing_but_hydra_s_files(t
     run.mkdir(parents=True)
     (run / "result.json").write_text("{}")
     assert not remove_unused_run_dir(run, own, top=tmp_path) and (run / "result.json").exists()
+
+
+def test_a_serverapp_failure_under_flower_is_one_line_and_flower_logs_no_traceback(
+        caplog, monkeypatch):
+    """Flower logs a ServerApp's exception with its traceback; ours is one line."""
+    from flwr.app import Context, RecordDict
+
+    from fedkmeans import server_app
+    from fedkmeans.flower_logging import RunFailed
+
+    monkeypatch.delenv("FEDKMEANS_TRACEBACK", raising=False)
+    context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(),
+                      run_config={"privacy.epsilon": -1.0})
+    ours = logging.getLogger("fedkmeans")  # streamed through Flower's handlers, not root's
+    ours.addHandler(caplog.handler)
+    try:
+        with pytest.raises(RunFailed) as failed:
+            server_app.main(object(), context)  # a grid of Flower's: no errors_to_caller
+    finally:
+        ours.removeHandler(caplog.handler)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line.startswith("fedkmeans: run 7 failed, no result written: ConfigError: ")
+    assert "privacy.epsilon" in line and "flwr log 7 --show" in line
+    record = logging.LogRecord("flwr", logging.ERROR, __file__, 1, "Simulation raised",
+                               None, (RunFailed, failed.value, failed.value.__traceback__))
+    for keep in logging.getLogger("flwr").filters:
+        keep.filter(record)
+    assert record.exc_info is None  # Flower's own record of it: no traceback
+    monkeypatch.setenv("FEDKMEANS_TRACEBACK", "1")
+    with pytest.raises(ConfigError):
+        server_app.main(object(), context)
 
 
 def _cli(args, cwd):
