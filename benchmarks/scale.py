@@ -91,12 +91,11 @@ class PeakMemory:
 
 def _shard_bytes() -> int:
     """Bytes of the nodes' files spilled by this run (fedkmeans.client_app): its flower
-    runs' shared directories and this process's own (the in-process engine)."""
+    runs' shared directories and this process's nameless files (the in-process engine)."""
     from fedkmeans import client_app
 
-    dirs = [*(Path(os.fsdecode(home)).parent / "node-shards" for home in _HOMES),
-            *client_app._OWN_DIR]
-    total = 0
+    dirs = [Path(os.fsdecode(home)).parent / "node-shards" for home in _HOMES]
+    total = client_app.nameless_bytes()
     for directory in dirs:
         try:
             total += sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())

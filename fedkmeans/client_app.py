@@ -13,11 +13,8 @@ encoded sum (its clients' clipped statistics plus their noise shares) and weight
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
-import shutil
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -46,9 +43,9 @@ _NODES: OrderedDict[tuple, NodeData] = OrderedDict()
 _RUN_KEY: list[tuple] = []
 #: Environment variable naming a directory every process of a run shares for spilled
 #: nodes (set by the flower engine; its temporary directory, removed after the run).
+#: Without it a process spills to files that have no name (fedkmeans.spill_files),
+#: which vanish with the process however it ends.
 SHARD_DIR_ENV = "FEDKMEANS_NODE_SHARDS"
-#: This process's own directory for spilled nodes, when no shared one is set.
-_OWN_DIR: list[Path] = []
 #: Fraction of the machine's memory one process keeps of its nodes' points by default,
 #: by whether the engine runs the ClientApp in separate processes: a Flower
 #: simulation's actors each serve every node (so each would otherwise hold them all);
@@ -86,12 +83,9 @@ def _shared_dir() -> Path | None:
     return Path(shared) if shared else None
 
 
-def _own_dir() -> Path:
-    """This process's own directory for spilled nodes (made when first needed)."""
-    if not _OWN_DIR:
-        _OWN_DIR.append(Path(tempfile.mkdtemp(prefix="fedkmeans-nodes-")))
-        atexit.register(shutil.rmtree, _OWN_DIR[0], True)
-    return _OWN_DIR[0]
+def nameless_bytes() -> int:
+    """Bytes of this process's spilled nodes in files without a name (the benchmarks)."""
+    return sum(node.nameless_bytes for node in tuple(_NODES.values()))
 
 
 def _shard_name(data_key: tuple, key: tuple, radius: float | None) -> str:
@@ -171,18 +165,18 @@ def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) ->
         if other_key == current or not other.nbytes:
             continue
         freed = other.nbytes
-        name = _shard_name(data_key, other_key, other.radius)
-        if other.spill(shared or _own_dir(), name) is None:
+        spilled = (other.spill(shared, _shard_name(data_key, other_key, other.radius))
+                   is not None if shared else other.spill_nameless())
+        if not spilled:
             del _NODES[other_key]  # cannot be spilled (ragged clients): loaded again
         held -= freed
 
 
 def _forget_loaded() -> None:
-    """Drop this process's nodes and its own spilled files (not a shared directory's)."""
+    """Drop this process's nodes and free its nameless files (not a shared directory's)."""
+    for node in _NODES.values():
+        node.close()
     _NODES.clear()
-    if _OWN_DIR:
-        for entry in _OWN_DIR[0].iterdir():
-            shutil.rmtree(entry, ignore_errors=True)
 
 
 def forget_clipping_warning() -> None:

@@ -48,8 +48,9 @@ from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
 from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
 from fedkmeans.data.catalog import dataset
 from fedkmeans.engines import App, engine
+from fedkmeans.flower_logging import TRACEBACK_ENV
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
-from fedkmeans.rundir import check_output_dir
+from fedkmeans.rundir import check_output_dir, remove_unused_run_dir
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
 #: two runs started in the same second never share a directory (``fedkmeans.rundir``).
@@ -209,8 +210,6 @@ def main(cfg: DictConfig) -> None:
         _main(flat, hydra_config)
 
 
-#: Set to 1 to see the full traceback of a failed command-line run.
-TRACEBACK_ENV = "FEDKMEANS_TRACEBACK"
 
 
 @contextmanager
@@ -254,9 +253,17 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
             runner=run_flat,
         )
         return
+    run_dir = Path(hydra_config.runtime.output_dir).resolve()
     if not flat.get("output-dir"):
-        flat["output-dir"] = str(Path(hydra_config.runtime.output_dir).resolve())
-    result = run_flat(flat)
+        flat["output-dir"] = str(run_dir)
+    try:
+        result = run_flat(flat)
+    except BaseException:
+        # a run that wrote nothing leaves no directory: Hydra made this one and put
+        # only its config copy and the job log (the error is on stderr) in it
+        own = [f"{hydra_config.job.name}.log", *filter(None, [hydra_config.output_subdir])]
+        remove_unused_run_dir(run_dir, own, top=Path.cwd())
+        raise
     print(result["result_path"])
 
 

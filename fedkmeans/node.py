@@ -45,6 +45,7 @@ from fedkmeans.privacy.clipping import (
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
 from fedkmeans.seeding import integer_seed
+from fedkmeans.spill_files import NamelessFiles, ShardFiles, private_dir, private_file
 from fedkmeans.stages import statistic_bounds
 
 LOG = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class NodeData:
         ``points[c]`` become views of it, so the points of consecutive clients -- the
         batches the server asks for -- are one slice, never copied per round.
         """
-        self._spilled: Path | None = None
+        self._spilled: ShardFiles | NamelessFiles | None = None
         #: The radius the spilled file's points are clipped to (None: as built).
         self._file_radius: float | None = None
         #: The radius ``clipped_clients`` were found for when the file was mapped.
@@ -137,27 +138,60 @@ class NodeData:
         return self._spilled is not None
 
     def spill(self, directory: str | os.PathLike, name: str) -> Path | None:
-        """Move the points (and labels) to ``directory/name`` and free them here.
+        """Move the points (and labels) to the shard ``directory/name`` and free them here.
 
-        The files are written once (atomically: another process may read them, see
-        :meth:`open_spilled`); :meth:`resident` maps them for the length of a request,
-        from the page cache, which the kernel may reclaim: this process's resident
-        memory no longer grows with the node. Returns the shard's path, or None when
-        the node cannot be spilled (its clients' points are not one array).
+        For a directory the processes of a run share (the flower engine's). The files are
+        written once (atomically: another process may read them, see
+        :meth:`open_spilled`), owner-only (:func:`write_shard`); :meth:`resident` maps
+        them for the length of a request, from the page cache, which the kernel may
+        reclaim: this process's resident memory no longer grows with the node. Whoever
+        made ``directory`` removes it. Returns the shard's path, or None when the node
+        cannot be spilled (its clients' points are not one array).
         """
         if self._spilled is not None:
-            return self._spilled
+            return self._spilled.path if isinstance(self._spilled, ShardFiles) else None
         if self._stacked is None:
             return None
         path = Path(directory) / name
         if not (path / _DONE).exists():
             write_shard(path, self)
         self._file_radius = self.radius
-        self._free(path)
+        self._free(ShardFiles(path))
         return path
 
-    def _free(self, path: Path) -> None:
-        self._spilled = path
+    def spill_nameless(self) -> bool:
+        """Move the points (and labels) to files of this process that have no name.
+
+        As :meth:`spill`, but the files are this process's alone (:class:`NamelessFiles`):
+        they never appear in a directory, so nothing is left behind however the process
+        ends (SIGKILL, a Ray actor killed, a crash). Returns False when the node cannot
+        be spilled (its clients' points are not one array).
+        """
+        if self._spilled is not None:
+            return True
+        if self._stacked is None:
+            return False
+        arrays = {_POINTS: self._stacked}
+        if self._labels_stacked is not None:
+            arrays[_LABELS] = self._labels_stacked
+        if self.radius is None:  # points as built: their norms, for the clip when mapped
+            arrays[_NORMS] = np.linalg.norm(self._stacked, axis=1)
+        self._file_radius = self.radius
+        self._free(NamelessFiles(arrays))
+        return True
+
+    @property
+    def nameless_bytes(self) -> int:
+        """Bytes of this node's points in this process's nameless files (:meth:`spill_nameless`)."""
+        return self._spilled.nbytes if isinstance(self._spilled, NamelessFiles) else 0
+
+    def close(self) -> None:
+        """Free this process's nameless files of the node (a shard directory is kept)."""
+        if isinstance(self._spilled, NamelessFiles):
+            self._spilled.close()
+
+    def _free(self, files: ShardFiles | NamelessFiles) -> None:
+        self._spilled = files
         self._stacked = self._labels_stacked = None
         self.points = {}
         if self.labels and all(y is not None for y in self.labels.values()):
@@ -183,7 +217,7 @@ class NodeData:
         node._offsets = np.load(path / _OFFSETS)
         node._order = ids.tolist()
         node._position = {c: i for i, c in enumerate(node._order)}
-        node._spilled = path
+        node._spilled = ShardFiles(path)
         node._file_radius = node.radius
         return node
 
@@ -200,10 +234,10 @@ class NodeData:
         if self._resident == 0:
             clip = self.radius is not None and self._file_radius is None
             # copy-on-write when clipping: only the pages of clipped rows become private
-            points = np.asarray(np.load(self._spilled / _POINTS, mmap_mode="c" if clip else "r"))
+            points = np.asarray(self._spilled.array(_POINTS, "c" if clip else "r"))
             labels = None
-            if (self._spilled / _LABELS).exists():
-                labels = np.asarray(np.load(self._spilled / _LABELS, mmap_mode="r"))
+            if self._spilled.has(_LABELS):
+                labels = np.asarray(self._spilled.array(_LABELS, "r"))
             self._adopt(self._order, self._offsets, points, labels)
             if clip and self._clip_known == self.radius:  # the same clients as last time
                 for cid in self.clipped_clients:
@@ -211,8 +245,8 @@ class NodeData:
                     x[...] = clip_rows_l2(x, self.radius)
             elif clip:  # the file holds the points as built: clip them as load would
                 norms = None
-                if (self._spilled / _NORMS).exists():  # written with the file: no pass
-                    norms = np.load(self._spilled / _NORMS, mmap_mode="r")
+                if self._spilled.has(_NORMS):  # written with the file: no pass
+                    norms = self._spilled.array(_NORMS, "r")
                 self.clipped_clients, self.raw_norms, _, _ = self._clip_points(
                     self.radius, norms)
                 self._clip_known = self.radius
@@ -382,7 +416,7 @@ class NodeData:
         if self.points:
             return next(iter(self.points.values())).shape[1]
         if self._spilled is not None:
-            return int(np.load(self._spilled / _POINTS, mmap_mode="r").shape[1])
+            return int(self._spilled.array(_POINTS, "r").shape[1])
         return 0
 
     def covariance(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
@@ -694,27 +728,33 @@ def write_shard(path: Path, node: NodeData) -> None:
     """Write ``node``'s stacked points, labels and clip record to ``path``, atomically.
 
     Written to a fresh sibling directory, then renamed: a reader sees a whole shard or
-    none. When another process wrote the same shard first, its copy is kept.
+    none. When another process wrote the same shard first, its copy is kept. Every
+    directory is made 0700 and every file 0600 as it is created (raw client points).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    np.save(tmp / _POINTS, node._stacked)
+    private_dir(path.parent, exist_ok=True)
+    tmp = private_dir(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"))
+
+    def save(name: str, array: np.ndarray) -> None:
+        with private_file(tmp / name) as f:
+            np.save(f, array)
+
+    save(_POINTS, node._stacked)
     if node._labels_stacked is not None:
-        np.save(tmp / _LABELS, node._labels_stacked)
-    np.save(tmp / _OFFSETS, node._offsets)
+        save(_LABELS, node._labels_stacked)
+    save(_OFFSETS, node._offsets)
     if node.radius is None:  # points as built: their norms, for the clip when mapped
-        np.save(tmp / _NORMS, np.linalg.norm(node._stacked, axis=1))
+        save(_NORMS, np.linalg.norm(node._stacked, axis=1))
     clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
     norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
-    np.savez(tmp / _META, client_ids=np.asarray(node._order, dtype=np.int64),
-             clipped=clipped,
-             norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
-                 np.int64),
-             norms=np.concatenate([np.zeros(0), *norms]),
-             has_labels=np.array(node._labels_stacked is not None),
-             radius=np.array(np.nan if node.radius is None else node.radius))
-    (tmp / _DONE).touch()
+    with private_file(tmp / _META) as f:
+        np.savez(f, client_ids=np.asarray(node._order, dtype=np.int64),
+                 clipped=clipped,
+                 norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
+                     np.int64),
+                 norms=np.concatenate([np.zeros(0), *norms]),
+                 has_labels=np.array(node._labels_stacked is not None),
+                 radius=np.array(np.nan if node.radius is None else node.radius))
+    private_file(tmp / _DONE).close()
     try:
         tmp.rename(path)
     except OSError:  # another process's shard is there already: keep it

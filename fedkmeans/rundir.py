@@ -11,21 +11,28 @@ checkpoint the first is still writing. So:
   runs; another run finding a live lock stops with :class:`OutputDirError` before it
   touches anything (a lock left by a dead process is taken over);
 * a directory that holds another configuration's ``result.json`` is refused; the same
-  configuration may come back to it (that is a resume from its checkpoint).
+  configuration may come back to it (that is a resume from its checkpoint);
+* a run that fails leaves no directory it made and wrote nothing to
+  (:func:`claim_output_dir`; the command line also removes Hydra's run directory when
+  it holds only Hydra's own files, :func:`remove_unused_run_dir`): a bad key, a bad
+  file or a NaN in the data leaves nothing half-made behind. A directory with a
+  checkpoint or a log in it is kept (a resume, or the evidence).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.fingerprint import config_digest
 
-__all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir"]
+__all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir",
+           "remove_unused_run_dir"]
 
 LOCK_FILE = "run.lock"
 
@@ -90,8 +97,20 @@ def claim_output_dir(output_dir: Path, config: ExperimentConfig) -> Iterator[Non
     OutputDirError
         Another live process holds it, or it holds another configuration's result.
     """
+    made = [d for d in (output_dir, *output_dir.parents) if not d.exists()]
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_output_dir(output_dir, config)
+    try:
+        check_output_dir(output_dir, config)
+        with _locked(output_dir):
+            yield
+    except BaseException:
+        _remove_empty(made)  # nothing was written: leave no directory behind
+        raise
+
+
+@contextmanager
+def _locked(output_dir: Path) -> Iterator[None]:
+    """Hold ``output_dir/run.lock`` (this PID) while the block runs."""
     lock = output_dir / LOCK_FILE
     mine = output_dir / f"{LOCK_FILE}.{os.getpid()}"
     mine.write_text(str(os.getpid()))
@@ -112,3 +131,52 @@ def claim_output_dir(output_dir: Path, config: ExperimentConfig) -> Iterator[Non
     finally:
         if lock.exists() and lock.read_text().strip() == str(os.getpid()):
             lock.unlink()
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove each of ``directories`` (innermost first) that is empty; stop at one that is not."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or gone): it and its parents stay
+            return
+
+
+def remove_unused_run_dir(run_dir: Path, own_files: Sequence[str], top: Path) -> bool:
+    """Remove a failed run's ``run_dir`` if it holds only ``own_files``, and empty parents.
+
+    Hydra makes its run directory (``outputs/<date>/<time>-<id>``) and writes its config
+    copy (``.hydra``) and the job log there before the run starts; a run that fails
+    before writing anything of its own leaves only those.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run's directory.
+    own_files : sequence of str
+        Names in ``run_dir`` that do not count as the run's output (Hydra's).
+    top : Path
+        Parents of ``run_dir`` that become empty are removed up to, not including,
+        ``top`` (none if ``run_dir`` is not below ``top``).
+
+    Returns
+    -------
+    bool
+        True if ``run_dir`` was removed.
+    """
+    try:
+        if any(p.name not in own_files for p in run_dir.iterdir()):
+            return False
+    except FileNotFoundError:
+        return False
+    for name in own_files:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    run_dir.rmdir()
+    top = top.resolve()
+    parents = [p for p in run_dir.resolve().parents if top in p.parents]
+    _remove_empty(parents)
+    return True

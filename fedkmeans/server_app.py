@@ -9,11 +9,13 @@ them to the honest runner (the runner never builds one).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.config import ExperimentConfig, parse_config
-from fedkmeans.flower_logging import log_through_flower
+from fedkmeans.flower_logging import log_through_flower, one_line_failure
 from fedkmeans.runner import run_server
 from fedkmeans.server.observer import RunObserver, attack
 
@@ -22,10 +24,19 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the configured algorithm on the connected nodes."""
+    """Run the configured algorithm on the connected nodes.
+
+    Under Flower, a failure is one ERROR line
+    (:func:`fedkmeans.flower_logging.one_line_failure`) and a failed run in Flower's
+    records; ``flwr run --stream`` still exits 0. A grid whose caller reports errors
+    itself (``errors_to_caller``: the in-process engine) gets the exception as raised.
+    """
     log_through_flower()
-    config = parse_config(context.run_config)
-    run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
+    report = nullcontext() if getattr(grid, "errors_to_caller", False) else one_line_failure(
+        context.run_id)
+    with report:
+        config = parse_config(context.run_config)
+        run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
 
 
 def observers_for(config: ExperimentConfig) -> list[RunObserver]:

@@ -53,6 +53,7 @@ def test_a_run_error_is_still_reported_by_the_run(tmp_path):
     """A key Hydra accepts but the config rejects keeps the config's own message."""
     proc = _cli(["privacy.epsilon=-1"], tmp_path)
     assert proc.returncode == 2 and "privacy.epsilon" in proc.stderr.splitlines()[0]
+    assert not (tmp_path / "outputs").exists()  # Hydra's run directory went with it
 
 
 def test_other_exceptions_are_not_config_errors():

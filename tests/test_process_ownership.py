@@ -9,6 +9,7 @@ until the run's Flower processes exist, signals the experiment, and checks.
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,9 +116,28 @@ def test_sigterm_to_the_experiment_stops_every_process_and_writes_nothing(tmp_pa
         assert not path.exists() or path.stat().st_mtime < signalled
 
 
+def _shard_modes(tmp_root: Path, proc: subprocess.Popen) -> dict[str, tuple[bool, int]]:
+    """Whether each path of the run's shared node shards (``node-shards`` and below) is
+    a directory, and its mode, once the actors have written a shard."""
+    while proc.poll() is None:
+        try:
+            shards = [p for d in tmp_root.glob("fedkmeans-flwr-*/node-shards")
+                      for p in [d, *d.rglob("*")]]
+            if any(p.name == "done" for p in shards):
+                return {str(p.relative_to(tmp_root)): (p.is_dir(), stat.S_IMODE(p.stat().st_mode))
+                        for p in shards}
+        except FileNotFoundError:  # a shard renamed into place meanwhile: look again
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"experiment ended early: {proc.stderr.read()[-2000:]}")
+
+
 @pytest.mark.slow
 def test_sigkill_of_the_experiment_is_cleaned_up_by_the_watchdog(tmp_path, tmp_root):
+    """The nodes' spilled points (raw client data) go with the run's temporary
+    directory; while they exist they are owner-only."""
     proc, tmp_root, out = _start(tmp_path, tmp_root)
+    modes = _shard_modes(tmp_root, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     try:
@@ -128,3 +148,5 @@ def test_sigkill_of_the_experiment_is_cleaned_up_by_the_watchdog(tmp_path, tmp_r
     assert left == []
     assert dirs == []
     assert not (out / "result.json").exists()
+    assert {mode for is_dir, mode in modes.values() if not is_dir} == {0o600}, modes
+    assert {mode for is_dir, mode in modes.values() if is_dir} == {0o700}, modes

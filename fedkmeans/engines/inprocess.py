@@ -40,6 +40,11 @@ class InProcessGrid(Grid):
     run_id : int
     """
 
+    #: The ServerApp's caller (:func:`run_inprocess`) gets a failure's own exception: the
+    #: experiment reports it (one line on the command line), not the ServerApp
+    #: (:func:`fedkmeans.flower_logging.one_line_failure`).
+    errors_to_caller = True
+
     def __init__(
         self,
         client_app: ClientApp,
