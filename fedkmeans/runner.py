@@ -311,8 +311,7 @@ def estimate_release(privacy) -> Release:
 def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:
     privacy = ctx.config.privacy
     return PrivateEstimates.read(
-        noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients,
-        registered=int(ctx.pool.client_ids.size))
+        noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients)
 
 
 def _centers_from(declared: ExperimentConfig, config: ExperimentConfig,
