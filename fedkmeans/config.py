@@ -271,10 +271,10 @@ class PrivacyConfig:
     #: True: the server's noise and sampling derive from ``seed`` (tests and research
     #: only; the output says so). SecAgg noise shares are always secret.
     reproducible_noise: bool = key(False)
-    #: The number of clients the user declares public, for the ``auto`` settings. 0: at
-    #: data-point level the registered clients; at client level the estimate round's
-    #: noisy count (the exact count is private there).
-    public_num_clients: int = key(0, at_least(0, note=" (0 = the registered clients)"))
+    #: The number of clients the user declares public, for the ``auto`` settings. 0: the
+    #: estimate round's noisy count, at either level (the exact count changes between
+    #: neighbours: at data-point level when a removed point was its client's only one).
+    public_num_clients: int = key(0, at_least(0, note=" (0 = the estimate round's noisy count)"))
     #: Share, in (0, 1), of the budget's zCDP rho spent by the estimate round when a
     #: setting it estimates is ``auto``.
     estimate_share: float = key(0.05, interval(0, 1, low_open=True, high_open=True))

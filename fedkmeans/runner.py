@@ -286,8 +286,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
 def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:
     privacy = ctx.config.privacy
     return PrivateEstimates.read(
-        noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients,
-        registered=int(ctx.pool.client_ids.size))
+        noisy, noise_std(release), privacy.level, declared=privacy.public_num_clients)
 
 
 def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:

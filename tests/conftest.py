@@ -113,7 +113,6 @@ def noiseless_estimates():
                             for j in range(clients)])
         rows = client_rows(np.full(clients, size), moments, np.linalg.norm(x, axis=1), owner,
                            level=level)
-        return PrivateEstimates.read(rows.sum(axis=0), 0.0, level, declared=0,
-                                     registered=clients)
+        return PrivateEstimates.read(rows.sum(axis=0), 0.0, level, declared=0)
 
     return make

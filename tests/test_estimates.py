@@ -1,6 +1,7 @@
 """The estimate round: bins by hand, sensitivities, the read-off, and a run that uses it."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,11 +9,16 @@ from scipy.stats import norm
 
 from fedkmeans.config import parse_config
 from fedkmeans.experiment import run_flat
+from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import UNDECLARED_MAX_POINTS
 from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.runner import estimate_release
+from fedkmeans.server.context import ServerContext
+from fedkmeans.server.thresholds import noise_std
 from fedkmeans.stages import statistic_bounds
 from fedkmeans.stages.estimate import (
     COUNT_SLOT,
+    ESTIMATE,
     MOMENT_SLICE,
     NORM_SLICE,
     SIZE_SLICE,
@@ -20,8 +26,18 @@ from fedkmeans.stages.estimate import (
     bin_edges,
     client_rows,
     estimate_noise_multiplier,
+    rank_counts,
+    rank_widths,
 )
-from fedkmeans.tuning.estimates import FLOOR_TAIL, PrivateEstimates, cleaned, read_quantile
+from fedkmeans.tuning.estimates import (
+    FLOOR_TAIL,
+    MISS_PROBABILITY,
+    PrivateEstimates,
+    cleaned,
+    noise_floor,
+    read_quantile,
+)
+from fedkmeans.tuning.simulation import SimulatedFederation, SimulatedPool
 
 AUTO = {"privacy.data-radius": "auto", "privacy.max-points-per-client": "auto",
         "privacy.split": "auto", "privacy.lloyds-steps": "auto"}
@@ -42,35 +58,48 @@ def test_rows_by_hand():
     norms = rows[0, NORM_SLICE]
     assert norms[80] == pytest.approx(1 / 3) and norms[84] == pytest.approx(2 / 3)
     assert np.linalg.norm(rows[0]) <= 2.0  # the client-level bound
-    # data-point level: counts, no moments
+    # data-point level: counts, no moments, no count entry, the ranks 1, 2, 3 in the
+    # bins [1, 2^0.5), [2, 2^1.5) and [2^1.5, 4) (bin 1, [2^0.5, 2), holds no integer)
     rows = client_rows(sizes, None, np.array([1.0, 2.0, 2.0]), np.array([0, 0, 0]),
                        level="datapoint")
     assert rows[0, NORM_SLICE][[80, 84]].tolist() == [1.0, 2.0]
-    assert rows[:, MOMENT_SLICE].sum() == 0
+    assert rows[:, MOMENT_SLICE].sum() == 0 and rows[:, COUNT_SLOT].sum() == 0
+    assert rows[0, SIZE_SLICE][:5].tolist() == [1, 0, 1, 1, 0] and rows[1].sum() == 0
     assert bin_edges("sizes")[3] == pytest.approx(2**1.5)
 
 
-@pytest.mark.parametrize("level,expected", [("datapoint", math.sqrt(3)), ("client", 2.0)])
+def test_rank_histograms_by_hand():
+    # integers per bin: [1,1.41) {1}, [1.41,2) {}, [2,2.83) {2}, [2.83,4) {3}, [4,5.66)
+    # {4,5}, [5.66,8) {6,7}, [8,11.3) {8..11}, [11.3,16) {12..15}
+    assert rank_widths()[:8].tolist() == [1, 0, 1, 1, 2, 2, 4, 4]
+    counts = rank_counts(np.array([0, 5, 10, 2**25]))
+    assert counts[1, :6].tolist() == [1, 0, 1, 1, 2, 0]
+    assert counts[2, :8].tolist() == [1, 0, 1, 1, 2, 2, 3, 0]  # 8, 9, 10 of 8..11
+    assert counts.sum(axis=1).tolist() == [0, 5, 10, 2**25]  # past 2^24: the last bin
+
+
+@pytest.mark.parametrize("level,expected", [("datapoint", math.sqrt(2)), ("client", 2.0)])
 def test_the_sensitivity_is_the_derived_one(level, expected):
     privacy = parse_config({"privacy.level": level, **AUTO}).privacy
     bound = statistic_bounds(privacy)["estimates"]
     assert bound.l2_sensitivity == pytest.approx(expected)
     if level == "datapoint":  # max-points-per-client auto: the public re-clip
-        assert bound.server_bound == pytest.approx(UNDECLARED_MAX_POINTS * math.sqrt(3))
+        assert bound.server_bound == pytest.approx(UNDECLARED_MAX_POINTS * math.sqrt(2))
 
 
-def test_one_point_moves_a_data_point_row_by_at_most_sqrt3():
+def test_one_point_moves_a_data_point_row_by_at_most_sqrt2():
+    # also from an empty client (n = 0): a point that is its client's only one
     rng = np.random.default_rng(0)
     worst = 0.0
     for _ in range(300):
-        n = int(rng.integers(0, 70))
+        n = int(rng.integers(0, 70)) if _ else 0
         norms = np.exp(rng.normal(size=n + 1) * 3)
         before = client_rows(np.array([n]), None, norms[:n], np.zeros(n, np.int64),
                              level="datapoint")
         after = client_rows(np.array([n + 1]), None, norms, np.zeros(n + 1, np.int64),
                             level="datapoint")
         worst = max(worst, float(np.linalg.norm(after - before)))
-    assert worst <= math.sqrt(3) + 1e-12 and worst > 1.7  # the bound is reached
+    assert worst == pytest.approx(math.sqrt(2))  # every added point moves it by sqrt(2)
 
 
 def test_the_noise_floor_and_the_quantile_by_hand():
@@ -96,15 +125,25 @@ def test_the_noise_multiplier_takes_its_share_of_rho():
     assert estimate_noise_multiplier(1.0, 1e-6, 0.05) == pytest.approx(z_all / math.sqrt(0.05))
 
 
-def test_the_count_is_the_release_at_client_level_and_public_at_data_point_level():
+def test_the_count_is_the_release_at_either_level():
     noisy = np.zeros(WIDTH)
     noisy[COUNT_SLOT] = 57.3
-    client = PrivateEstimates.read(noisy, 3.0, "client", declared=0, registered=60)
+    noisy[SIZE_SLICE.start] = 61.2  # data-point level: rank 1, one per non-empty client
+    client = PrivateEstimates.read(noisy, 3.0, "client", declared=0)
     assert client.num_clients == 57.3 and "noisy count" in client.num_clients_from
-    point = PrivateEstimates.read(noisy, 3.0, "datapoint", declared=0, registered=60)
-    assert point.num_clients == 60.0
-    declared = PrivateEstimates.read(noisy, 3.0, "client", declared=100, registered=60)
+    # data-point level: max_b (R_b - t) / w_b, t = 3 z(1 - 0.01/48) = 10.59
+    t = 3.0 * norm.isf(FLOOR_TAIL / 48)
+    point = PrivateEstimates.read(noisy, 3.0, "datapoint", declared=0)
+    assert point.num_clients == pytest.approx(61.2 - t) and "noisy count" in \
+        point.num_clients_from
+    noisy[SIZE_SLICE.start + 20] = 60 * 425.0  # 60 clients fill [1024, 1448): 425 ranks
+    point = PrivateEstimates.read(noisy, 3.0, "datapoint", declared=0)
+    assert point.num_clients == pytest.approx(60 - t / 425)
+    declared = PrivateEstimates.read(noisy, 3.0, "client", declared=100)
     assert declared.num_clients == 100.0
+    noisy[SIZE_SLICE] = 0.0  # nothing above the floor: the first bin, at least 1
+    noisy[SIZE_SLICE.start] = -4.0
+    assert PrivateEstimates.read(noisy, 3.0, "datapoint", declared=0).num_clients == 1.0
 
 
 def test_the_estimate_round_decides_too_few_clients_relative_to_its_noise():
@@ -113,11 +152,11 @@ def test_the_estimate_round_decides_too_few_clients_relative_to_its_noise():
     noisy = np.zeros(WIDTH)
     for count, few in ((23.0, True), (23.5, False)):
         noisy[COUNT_SLOT] = count
-        client = PrivateEstimates.read(noisy, 10.0, "client", declared=0, registered=500)
+        client = PrivateEstimates.read(noisy, 10.0, "client", declared=0)
         assert client.too_few_clients is few
-    point = PrivateEstimates.read(noisy, 10.0, "datapoint", declared=0, registered=5)
+    point = PrivateEstimates.read(noisy, 10.0, "datapoint", declared=0)
     assert not point.too_few_clients  # the unit is a point there
-    declared = PrivateEstimates.read(noisy, 10.0, "client", declared=5, registered=500)
+    declared = PrivateEstimates.read(noisy, 10.0, "client", declared=5)
     assert declared.too_few_clients  # a declared count is read against the same floor
 
 
@@ -143,27 +182,50 @@ def test_declared_settings_cost_nothing(small_config):
     assert "tuning" not in result
 
 
-def test_a_noise_bin_alone_never_sets_the_largest_size():
-    # 100 clients of 1,000 points: their size bin hidden below the floor, one noise bin
-    # at 2 points above it (the failure this rule guards against)
+def test_the_largest_size_bound_by_hand():
+    # sigma 10: the floor t = 10 z(1 - 0.01/48) = 35.29, t + 1.645 sigma = 51.74; the
+    # widths from bin 14 on are 54, 74, ... >= 51.74 (bin 13's is 37), so f = 15 and
+    # n_floor = ceil(2^7.5) - 1 = 181
+    sigma = 10.0
+    assert norm.isf(FLOOR_TAIL / 48) * sigma == pytest.approx(35.293, abs=1e-3)
     noisy = np.zeros(WIDTH)
-    sigma = 32.7
-    noisy[SIZE_SLICE.start + 1] = 120.0   # a noise bin at sizes [1.41, 2), above the floor
-    noisy[SIZE_SLICE.start + 19] = 90.0   # the real bin [724, 1024): below the floor
-    noisy[NORM_SLICE.start + 80] = 100_000.0  # the points' total
-    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
-    assert read.largest_size() == 1000  # the mean size, not 2
+    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0)
+    assert read.largest_size() == 181  # nothing seen: n_floor
+    # a bin above the floor at [1024, 1448) (bin 20): the top of bin 21, ceil(2^11) - 1
+    noisy[SIZE_SLICE.start + 20] = 36.0
+    assert read.__class__.read(noisy, sigma, "datapoint", declared=0).largest_size() == 2047
+    noisy[SIZE_SLICE.start + 20] = 35.0  # at the floor: not seen
+    assert PrivateEstimates.read(noisy, sigma, "datapoint", declared=0).largest_size() == 181
+
+
+def test_clients_below_the_floor_are_covered_by_the_bins_they_fill():
+    # 100 clients of 40 points and 3 of 3,000: the 3 sit alone in the one-hot bin
+    # [2896, 4096), far below any floor, but fill the rank bins below it
+    sizes = np.array([40] * 100 + [3000] * 3)
+    rows = client_rows(sizes, None, np.ones(sizes.sum()), np.repeat(np.arange(103), sizes),
+                       level="datapoint")
+    sums = rows.sum(axis=0)
+    assert sums[SIZE_SLICE.start + 22] == 3 * 849  # [2048, 2896): 3 clients x 849 ranks
+    read = PrivateEstimates.read(sums, 26.7, "datapoint", declared=0)
+    # the top bin seen is [2896, 4096) itself (3 x 104 ranks of 2897..3000 = 312, above
+    # the floor 26.7 x 3.53 = 94.3): the answer is the top of the bin above it,
+    # [4096, 2^12.5 = 5792.6)
+    assert read.largest_size() == 5792
+    # the count: max_b (R_b - t) / w_b, at bin 9 ([22.6, 32), ranks 23..31 of all 103)
+    t = 26.7 * norm.isf(FLOOR_TAIL / 48)
+    count = (9 * 103 - t) / 9
+    assert read.num_clients == pytest.approx(count)  # 92.5: a lower bound
+    # clients at least as large: 103 (capped at the count) up to bin 9; bin 10 ([32,
+    # 45.3), 14 ranks): 100 x 9 + 3 x 14 over 14; 3 up to bin 22; 3 x 104 / 1199 in 23
     edges, pmf = read.size_distribution()
-    assert pmf[19] == 1.0 and edges[19] <= 1000 < edges[20]
-    # when the bins hold the clients, the top occupied bin's upper edge
-    noisy[SIZE_SLICE.start + 19] = 205.0
-    noisy[SIZE_SLICE.start + 1] = 0.0
-    noisy[NORM_SLICE.start + 80] = 200_000.0
-    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=200)
-    assert read.largest_size() == 1024
-    # fewer clients than the noise floor (3.53 sigma = 115.6): the bins are not used
-    read = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0, registered=100)
-    assert not read.usable("sizes") and read.largest_size() == 2000
+    in_10 = (100 * 9 + 3 * 14) / 14
+    assert pmf[9] == pytest.approx((count - in_10) / count)
+    # bins 11 and 12 (3 x 18 and 3 x 27 ranks) are under the floor, read 0 and pool
+    # with the bins above them at weights w_b^2: the 3 there read 0.01 % lower
+    assert pmf[10] == pytest.approx((in_10 - 3) / count, rel=1e-4)
+    assert pmf[22] == pytest.approx(3 * (1 - 104 / 1199) / count, rel=1e-3)
+    assert pmf[23] == pytest.approx(3 * 104 / 1199 / count)
+    assert pmf.sum() == pytest.approx(1.0)
 
 
 def test_a_noise_bin_alone_never_sets_the_radius():
@@ -172,7 +234,7 @@ def test_a_noise_bin_alone_never_sets_the_radius():
     noisy = np.zeros(WIDTH)
     noisy[COUNT_SLOT] = 60.0
     noisy[NORM_SLICE.start + 62] = 140.0
-    read = PrivateEstimates.read(noisy, 37.8, "client", declared=0, registered=60)
+    read = PrivateEstimates.read(noisy, 37.8, "client", declared=0)
     assert read.quantile("norms", 0.99) is None and read.outside_fraction(1.0) is None
 
 
@@ -180,7 +242,52 @@ def test_the_share_beyond_a_radius_is_read_like_the_quantiles():
     # 1,000 points in the norm bin [1, 2^0.25): half of it (log-linearly) beyond 2^0.125
     noisy = np.zeros(WIDTH)
     noisy[NORM_SLICE.start + 80] = 1000.0
-    read = PrivateEstimates.read(noisy, 1.0, "datapoint", declared=0, registered=10)
+    read = PrivateEstimates.read(noisy, 1.0, "datapoint", declared=0)
     assert read.outside_fraction(2**0.125) == pytest.approx(0.5)
     assert read.outside_fraction(2.0) == 0.0 and read.outside_fraction(0.5) == 1.0
     assert read.quantile("norms", 0.5) == pytest.approx(2**0.125)
+
+
+def _estimate_rounds(sizes: np.ndarray, epsilon: float, rounds: int) -> list[PrivateEstimates]:
+    """``rounds`` estimate rounds on clients of ``sizes`` through the real path.
+
+    The stage's client rows (``NodeData.estimates``), the server's query, clip, fold and
+    Gaussian release (``ESTIMATE.server`` on a ``ServerContext``, reproducible noise
+    from seeds 0..rounds-1), the runner's calibrated release and ``PrivateEstimates``.
+    """
+    rng = np.random.default_rng(1)
+    points = {j: rng.normal(size=(int(n), 2)) for j, n in enumerate(sizes)}
+    config = parse_config({**AUTO, "privacy.level": "datapoint", "privacy.epsilon": epsilon,
+                           "privacy.reproducible-noise": True})
+    node = NodeData(config, np.arange(sizes.size), points, dict.fromkeys(points))
+    federation = SimulatedFederation(points, 1.0, rng.normal(size=(20, 2)))
+    release = estimate_release(config.privacy)
+    out = []
+    for seed in range(rounds):
+        ctx = ServerContext(config=replace(config, seed=seed),
+                            pool=SimulatedPool(node, federation),
+                            server_x=federation.server_x, releases={release.stage: release},
+                            progress=False)
+        out.append(PrivateEstimates.read(ESTIMATE.server(ctx), noise_std(release),
+                                         "datapoint", declared=0))
+    return out
+
+
+def test_heavy_tailed_sizes_are_not_under_estimated():
+    # 400 Pareto(1.2) clients from 10 points: median 17, largest 2,286 (134 x the
+    # median), the five largest 485 .. 2,286, each alone in its one-hot size bin, far
+    # below the noise floor (94 at epsilon 1)
+    sizes = np.floor(10 * (1 + np.random.default_rng(4).pareto(1.2, size=400))).astype(int)
+    assert np.median(sizes) == 17 and sizes.max() == 2286
+    rounds = _estimate_rounds(sizes, 1.0, 100)
+    floor = noise_floor(rounds[0].sigma, 48)
+    one_hot = np.bincount(np.floor(2 * np.log2(sizes)).astype(int), minlength=48)
+    assert one_hot[np.floor(2 * np.log2(sizes.max())).astype(int)] == 1 < floor
+    assert (one_hot[16:] < floor).all()  # every client of 256 points or more is hidden
+    largest = np.array([r.largest_size() for r in rounds])
+    assert (largest < sizes.max()).mean() <= MISS_PROBABILITY
+    # the rank bins see it: the answer is the top of the bin above 2,286's,
+    # [2896, 4096), in the rounds where no noise bin above the data is read
+    assert np.median(largest) == 4095
+    counts = np.array([r.num_clients for r in rounds])  # a lower bound w.p. >= 0.99
+    assert (counts <= 400).mean() >= 0.99 and counts.min() > 0.8 * 400

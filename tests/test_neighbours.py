@@ -1,9 +1,11 @@
-"""Neighbouring federations publish the same deterministic fields (client level).
+"""Neighbouring federations publish the same deterministic fields.
 
 Under add/remove-one-client DP the number of clients is private. Whatever in
 ``release.json`` is deterministic given the data (equal over two runs on the same
 data, with secret noise) must then be equal for a federation with one client removed:
-otherwise it is a function of the exact count, which no release accounts for.
+otherwise it is a function of the exact count, which no release accounts for. At
+data-point level the same holds for one point removed where it is its client's only
+point: the number of clients changes with it (60 against 59).
 """
 
 import json
@@ -16,15 +18,21 @@ from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run
 
 
-def _write(path, clients: int) -> None:
-    """``clients`` clients of 30 points in 6-d around 3 means; the same first clients."""
+def _write(path, clients: int, last_size: int = 30) -> None:
+    """``clients`` clients of 30 points in 6-d around 3 means; the same first clients.
+
+    The last client has ``last_size`` points (1: removing its point removes it).
+    """
     rng = np.random.default_rng(0)
     means = rng.normal(scale=4.0, size=(3, 6))
     labels = rng.integers(3, size=(61, 30))[:clients]
-    x = means[labels.ravel()] + rng.normal(size=(61 * 30, 6))[:clients * 30]
+    sizes = np.full(clients, 30)
+    sizes[-1] = last_size
+    keep = (np.arange(30)[None, :] < sizes[:, None]).ravel()
+    x = (means[labels.ravel()] + rng.normal(size=(61 * 30, 6))[:clients * 30])[keep]
     server_labels = np.repeat(np.arange(3), 20)
     server_x = means[server_labels] + np.random.default_rng(1).normal(size=(60, 6))
-    save_npz(path, x=x, client=np.repeat(np.arange(clients), 30), server_x=server_x)
+    save_npz(path, x=x, client=np.repeat(np.arange(clients), sizes), server_x=server_x)
     _npz_version.cache_clear()
 
 
@@ -42,14 +50,16 @@ def _leaves(value, prefix=""):
     return {prefix: value}
 
 
-def _release(tmp_path, data, clients, name, extra):
-    _write(data, clients)
+def _release(tmp_path, data, clients, name, extra, last_size: int = 30):
+    _write(data, clients, last_size)
     out = tmp_path / name
     # epsilon 4: the estimate round's count floor (about 25 clients) is far below 60, so
     # the protocol runs; at epsilon 1 (floor about 84) the run would mostly answer with
     # the server's k-means alone
-    run(["dataset=npz", f"data.path={data}", "privacy=client", "privacy.epsilon=4",
-         "k=3", "federation.num-nodes=3", f"output-dir={out}", *extra])
+    level = [] if extra == ["datapoint"] else ["privacy=client"]
+    run(["dataset=npz", f"data.path={data}", *level, "privacy.epsilon=4",
+         "k=3", "federation.num-nodes=3", f"output-dir={out}",
+         *(e for e in extra if e != "datapoint")])
     return _leaves(json.loads((out / "release.json").read_text()))
 
 
@@ -74,4 +84,27 @@ def test_one_client_removed_changes_no_deterministic_field(tmp_path, extra):
                        if all(b.get(key, "<missing>") != first[key] for b in neighbours))
     assert differing == []
     # the secret noise does change something: the comparison is not vacuous
+    assert deterministic != set(first)
+
+
+@pytest.mark.slow
+def test_one_only_point_removed_changes_no_deterministic_field(tmp_path):
+    """Data-point level, the defaults: the last client's only point removed (60 vs 59).
+
+    Neither the release nor any decision reads the registered count: the estimate
+    round's noisy count stands in for it (``tuning.estimates.num_clients``).
+    """
+    data = tmp_path / "federation.npz"
+    runs = [_release(tmp_path, data, 60, f"a{i}", ["datapoint"], last_size=1)
+            for i in range(5)]
+    neighbours = [_release(tmp_path, data, 59, f"b{i}", ["datapoint"]) for i in range(3)]
+    first = runs[0]
+    assert first["privacy.level"] == "datapoint"
+    deterministic = {key for key in first if all(r.get(key, "<missing>") == first[key]
+                                                  for r in runs[1:])}
+    assert "privacy.target_epsilon" in deterministic
+    assert "tuning.estimates.num_clients" not in deterministic  # noisy, not 60
+    differing = sorted(key for key in deterministic
+                       if all(b.get(key, "<missing>") != first[key] for b in neighbours))
+    assert differing == []
     assert deterministic != set(first)

@@ -5,10 +5,17 @@ are ``auto``) spends a small share of the budget (``privacy.estimate-share``) on
 Gaussian release of per-client histograms on fixed, public, logarithmic bins. Every
 client sends one row of :data:`WIDTH` numbers, in four parts:
 
-* ``sizes`` (:data:`SIZE_BINS` bins, two per octave of the client's number of points
-  ``n_j``): a one-hot row (zero for an empty client);
-* ``count``: the number 1, so the released sum of this entry is a noisy number of
-  clients (client level: the registered count is private);
+* ``sizes`` (:data:`SIZE_BINS` bins, two per octave of a client size): at client level
+  a one-hot row of the client's number of points ``n_j`` (zero for an empty client); at
+  data-point level the client's **rank histogram**: number its points ``1..n_j`` and
+  count the ranks in each bin (:func:`rank_widths` integers fit in bin ``b``, so a
+  client fills every bin below its size's bin and part of that one). The released sum
+  of bin ``b`` is then ``sum over ranks i in b of #{j : n_j >= i}``: the clients at
+  least as large as the bin, times its width, so a single client of 1,000 points adds
+  a few hundred to the bins below its size, far above the noise;
+* ``count``: at client level the number 1, so the released sum of this entry is a
+  noisy number of clients (the registered count is private); 0 at data-point level,
+  where the first size bin (rank 1) already counts the non-empty clients;
 * ``moments`` (:data:`MOMENT_BINS` bins, two per octave of ``||X_j^T X_j||_F``):
   client level only, a one-hot row (zeros at data-point level);
 * ``norms`` (:data:`NORM_BINS` bins, four per octave of ``||p||``): at data-point level
@@ -24,12 +31,15 @@ norms estimate).
 
 Sensitivity of ``estimates`` (l2; Gaussian noise):
 
-* data-point level: one point changes its client's size by one, which moves the one-hot
-  ``sizes`` row from one bin to at most one other (l2 ``sqrt(2)``, l1 2), and adds 1
-  to one ``norms`` bin (l2 1); ``count`` and ``moments`` do not change. Per point
-  ``(l1, l2) = (3, sqrt(3))``; the server's radial l2 clip (to
-  ``max-points-per-client`` points' worth, :mod:`fedkmeans.privacy.budget`) is a
-  projection, so the clipped sum moves by at most **sqrt(3)**.
+* data-point level: adding a point to client ``j`` (``n_j -> n_j + 1``, or a new
+  client with ``n_j = 1``) adds 1 to the one ``sizes`` bin that holds the rank
+  ``n_j + 1`` and 1 to one ``norms`` bin; ``count`` and ``moments`` are 0 at this
+  level. Per point ``(l1, l2) = (2, sqrt(2))``, whether or not the point is its
+  client's only one. A client's row has l2 norm at most ``sqrt(2) n_j`` (each part has
+  l1 norm ``n_j``), so the server's radial l2 clip of the estimate round (to
+  :data:`~fedkmeans.privacy.budget.UNDECLARED_MAX_POINTS` points' worth,
+  :mod:`fedkmeans.privacy.budget`) leaves every client of up to that many points
+  whole, and is a projection: the clipped sum moves by at most **sqrt(2)**.
 * client level: a client's row has l2 norm at most ``sqrt(1 + 1 + 1 + 1) = 2`` (three
   one-hot or unit entries and a fraction row of l1 norm 1, whose l2 norm is at most 1);
   the client clips to 2 and the server re-clips to 2, so adding or removing a client
@@ -55,7 +65,7 @@ from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 __all__ = [
     "COUNT_SLOT", "ESTIMATE", "ESTIMATES", "MOMENT_BINS", "MOMENT_SLICE", "NORM_BINS",
     "NORM_SLICE", "SIZE_BINS", "SIZE_SLICE", "WIDTH", "bin_edges", "client_rows",
-    "estimate_noise_multiplier",
+    "estimate_noise_multiplier", "rank_counts", "rank_widths",
 ]
 
 #: Bins per octave and number of bins of each part; the first bin starts at 2**low.
@@ -90,6 +100,38 @@ def _bins(values: np.ndarray, part: str) -> np.ndarray:
     return np.clip(np.nan_to_num(index, neginf=0.0), 0, bins - 1).astype(np.int64)
 
 
+def _first_ranks() -> np.ndarray:
+    """The smallest integer in each size bin, shape (SIZE_BINS + 1,) (the last: past it)."""
+    return np.ceil(bin_edges("sizes")).astype(np.int64)
+
+
+def rank_widths() -> np.ndarray:
+    """How many integers (ranks) each size bin holds, shape (SIZE_BINS,).
+
+    ``ceil(e_{b+1}) - ceil(e_b)``: 1, 0, 1, 1, 2, 2, 4, 4, 7, 9, ... (bin 1,
+    ``[2**0.5, 2)``, holds none); about ``0.41 e_b`` in bin ``[e_b, e_{b+1})``.
+    """
+    return np.diff(_first_ranks())
+
+
+def rank_counts(sizes: np.ndarray) -> np.ndarray:
+    """Each client's rank histogram, shape (m, SIZE_BINS) (module docstring).
+
+    Entry ``(j, b)`` is the number of integers ``1..n_j`` in size bin ``b``; ranks past
+    the last edge count in the last bin, so a row sums to ``n_j``.
+
+    Parameters
+    ----------
+    sizes : ndarray of shape (m,)
+        Each client's number of points.
+    """
+    first = _first_ranks()
+    reached = np.asarray(sizes, dtype=np.int64)[:, None] - first[None, :-1] + 1
+    counts = np.clip(reached, 0, rank_widths()[None, :])
+    counts[:, -1] = np.maximum(reached[:, -1], 0)
+    return counts.astype(np.float64)
+
+
 def client_rows(
     sizes: np.ndarray, moments: np.ndarray | None, norms: np.ndarray, owner: np.ndarray,
     *, level: str,
@@ -115,10 +157,13 @@ def client_rows(
     m = sizes.size
     rows = np.zeros((m, WIDTH))
     present = np.flatnonzero(sizes > 0)
-    rows[present, SIZE_SLICE.start + _bins(sizes[present].astype(float), "sizes")] = 1.0
-    rows[:, COUNT_SLOT] = 1.0
-    if level == "client" and moments is not None:
-        rows[present, MOMENT_SLICE.start + _bins(moments[present], "moments")] = 1.0
+    if level == "client":
+        rows[present, SIZE_SLICE.start + _bins(sizes[present].astype(float), "sizes")] = 1.0
+        rows[:, COUNT_SLOT] = 1.0
+        if moments is not None:
+            rows[present, MOMENT_SLICE.start + _bins(moments[present], "moments")] = 1.0
+    else:
+        rows[:, SIZE_SLICE] = rank_counts(sizes)
     counts = np.bincount(owner * NORM_BINS + _bins(norms, "norms"),
                          minlength=m * NORM_BINS).reshape(m, NORM_BINS).astype(np.float64)
     if level == "client":
@@ -149,7 +194,7 @@ def _estimate_round(ctx: StageContext) -> np.ndarray:
 
 
 ESTIMATES = Statistic(
-    "estimates", "l2", per_point=lambda privacy: (3.0, math.sqrt(3.0)),
+    "estimates", "l2", per_point=lambda privacy: (2.0, math.sqrt(2.0)),
     client_bound=lambda privacy: 2.0, shape=lambda k, d, m: (WIDTH,),
 )
 

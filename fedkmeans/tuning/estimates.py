@@ -10,6 +10,38 @@ every bin is empty, the largest of the ``B`` noises stays below the floor with
 probability ``1 - FLOOR_TAIL`` (a union bound), so an empty tail bin rarely reads as
 mass. The threshold is relative to the noise scale; no constant is fitted to data.
 
+Data-point level, sizes. The size bins hold the clients' rank histograms
+(:mod:`fedkmeans.stages.estimate`): bin ``b`` is ``w_b`` (:func:`rank_widths`) times the
+average, over its ranks, of the number of clients at least that large. Divided by
+``w_b`` it is a survival function of the sizes whose noise ``sigma / w_b`` shrinks as
+the sizes grow: one client of 1,000 points adds 300 to the bin below its own, against
+a noise of ``sigma`` (27 at epsilon 1). The number of clients is read as a lower bound
+from the widest bins (:func:`_count_bound`), their size distribution as a
+non-increasing fit of the clients at least as large as each bin (:func:`_survival`).
+
+The largest client size, read to err on the safe side (:meth:`largest_size`). Let
+``n`` be the largest size and ``c`` its bin. The largest client fills every bin below
+``c``: ``R_{c-1} >= w_{c-1}``. Read ``b^`` = the highest bin above the noise floor
+``t`` and answer the largest integer of the bin above it, ``ceil(e_{b^+2}) - 1``, but
+never less than ``n_floor = ceil(e_f) - 1``, where ``f`` is the lowest bin from which
+on every width ``w_{b-1}`` (``b >= f``) is at least ``t + z sigma``, ``z`` the
+``1 - MISS_PROBABILITY`` normal quantile. Then
+
+* if ``c < f``: ``n < e_f``, so ``n <= n_floor``, never missed;
+* if ``c >= f``: the answer is below ``n`` only when ``b^ < c - 1``, in particular when
+  the noisy ``R_{c-1}`` is at or below ``t``; with ``R_{c-1} >= w_{c-1} >= t + z sigma``
+  that has probability at most ``Phi(-z) = MISS_PROBABILITY`` (one Gaussian noise).
+
+So the estimate is below the largest client size with probability at most
+:data:`MISS_PROBABILITY` (5 %), whatever the sizes (up to the estimate round's re-clip,
+:data:`~fedkmeans.privacy.budget.UNDECLARED_MAX_POINTS` points, beyond which a client's
+row is scaled down). Clients in bins under the floor are covered because the bins they
+fill lie below theirs, where their ranks add up. It errs above by up to two bins (a
+factor 2) plus, with probability at most ``FLOOR_TAIL``, a noise bin above the data;
+at data-point level an over-estimate only loosens the server's re-clip (the
+sensitivities do not depend on it, :mod:`fedkmeans.privacy.budget`). ``n_floor`` is
+18-23 ``sigma`` (511 points at epsilon 1 with the default share, sigma 26.7).
+
 A quantile ``q`` of a part is read in the first bin where the cleaned cumulative mass
 reaches ``q`` of its total, log-linearly between the bin's edges (its upper edge for
 ``q = 1``): exact up to the noise and the spread of the values within the bin (a
@@ -25,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import norm as standard_normal
+from sklearn.isotonic import isotonic_regression
 
 from fedkmeans.stages.estimate import (
     COUNT_SLOT,
@@ -32,9 +65,11 @@ from fedkmeans.stages.estimate import (
     NORM_SLICE,
     SIZE_SLICE,
     bin_edges,
+    rank_widths,
 )
 
-__all__ = ["FLOOR_TAIL", "RADIUS_QUANTILE", "PrivateEstimates", "cleaned", "read_quantile"]
+__all__ = ["FLOOR_TAIL", "MISS_PROBABILITY", "RADIUS_QUANTILE", "PrivateEstimates", "cleaned",
+           "read_quantile"]
 
 #: Probability that the largest noise of a part's empty bins reads as mass. A noise bin
 #: read as mass sets a bound far from the data (a largest client of 5.9 million points
@@ -44,6 +79,9 @@ FLOOR_TAIL = 0.01
 #: clipped (by at most their excess norm), so the clipping bias on a center stays far
 #: below the bias-free alternative's noise, which grows with the largest norm.
 RADIUS_QUANTILE = 0.99
+#: Data-point level: the largest-size estimate is below the largest client size with at
+#: most this probability (module docstring, "The largest client size").
+MISS_PROBABILITY = 0.05
 
 _PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
 
@@ -102,8 +140,12 @@ class PrivateEstimates:
     level : {"datapoint", "client"}
     num_clients : float
         The number of clients the ``auto`` settings use: the declared
-        ``privacy.public-num-clients``; else at data-point level the registered
-        clients (public there), at client level the noisy count (at least 1).
+        ``privacy.public-num-clients``; else the estimate round's noisy count (at
+        least 1): its count entry at client level; at data-point level
+        :func:`_count_bound` of the size bins when it is at least 1 (the first bin
+        alone has noise ``sigma``, 97 at epsilon 0.25; a bin of width ``w_b`` has
+        ``sigma / w_b``), else the first size bin (every non-empty client's rank 1).
+        Never the registered count.
     num_clients_from : str
         Where ``num_clients`` comes from.
     """
@@ -115,16 +157,21 @@ class PrivateEstimates:
     num_clients_from: str
 
     @classmethod
-    def read(cls, noisy: np.ndarray, sigma: float, level: str, *, declared: int,
-             registered: int) -> PrivateEstimates:
-        """Read the release; ``declared`` (0: none) and ``registered`` client counts."""
+    def read(cls, noisy: np.ndarray, sigma: float, level: str, *, declared: int
+             ) -> PrivateEstimates:
+        """Read the release; ``declared``: the public number of clients (0: none)."""
         noisy = np.asarray(noisy, dtype=float)
         if declared:
             count, source = float(declared), "privacy.public-num-clients (declared public)"
+        elif level == "datapoint" and _count_bound(noisy[SIZE_SLICE], sigma) >= 1:
+            count = _count_bound(noisy[SIZE_SLICE], sigma)
+            source = ("the estimate round's noisy count (its size bins: a lower bound on "
+                      "the number of clients, below it with probability at least "
+                      f"{1 - FLOOR_TAIL:g})")
         elif level == "datapoint":
-            count, source = float(registered), (
-                "registration (public at data-point level: neighbours differ in one point, "
-                "not in a client)")
+            count = max(1.0, float(noisy[SIZE_SLICE.start]))
+            source = ("the estimate round's noisy count (its first size bin: every "
+                      "client's point of rank 1)")
         else:
             count = max(1.0, float(noisy[COUNT_SLOT]))
             source = "the estimate round's noisy count (the exact count is private)"
@@ -155,6 +202,8 @@ class PrivateEstimates:
         cleaned_mass = float(part.sum())
         if name == "norms" and self.level == "datapoint":
             return cleaned_mass >= 0.5 * self.total_points > 0
+        if name == "sizes" and self.level == "datapoint":
+            return float(self._survival()[0]) >= 0.5 * self.num_clients
         return (self.num_clients > noise_floor(self.sigma, part.size)
                 and cleaned_mass >= 0.5 * self.num_clients)
 
@@ -196,7 +245,7 @@ class PrivateEstimates:
         mean = self._mean_size()
         if mean is None:
             return True
-        sizes, edges = self.part("sizes"), bin_edges("sizes")
+        sizes, edges = self._clients_per_bin(), bin_edges("sizes")
         implied = float(sizes @ np.sqrt(edges[:-1] * edges[1:])) / float(sizes.sum())
         return 0.5 <= implied / mean <= 2.0
 
@@ -215,7 +264,7 @@ class PrivateEstimates:
         """
         edges = bin_edges("sizes")
         if self._sizes_usable():
-            sizes = self.part("sizes")
+            sizes = self._clients_per_bin()
             return edges, sizes / sizes.sum()
         mean = self._mean_size()
         if mean is None:
@@ -227,18 +276,51 @@ class PrivateEstimates:
     def largest_size(self) -> int | None:
         """The largest client size the release shows.
 
-        The top occupied bin's upper edge when the size bins are usable (they hold at
-        least half the clients); at data-point level never below the mean size (the
-        points' total over the public number of clients), rounded up; None if neither
-        is available.
+        Data-point level: the upper bound of the module docstring ("The largest client
+        size"), below the true largest size with probability at most
+        :data:`MISS_PROBABILITY`. Client level: the top occupied bin's upper edge when
+        the size bins are usable (they hold at least half the clients), else None.
         """
-        top = (read_quantile(self.part("sizes"), bin_edges("sizes"), 1.0)
-               if self._sizes_usable() else None)
-        mean = self._mean_size()
-        candidates = [math.floor(top)] if top is not None else []
-        if mean is not None:
-            candidates.append(math.ceil(mean))
-        return max(1, *candidates) if candidates else None
+        if self.level == "datapoint":
+            return self._largest_size_bound()
+        if not self._sizes_usable():
+            return None
+        return max(1, math.floor(read_quantile(self.part("sizes"), bin_edges("sizes"), 1.0)))
+
+    def _largest_size_bound(self) -> int:
+        """Data-point level: ``max(ceil(e_{b^+2}) - 1, n_floor)`` (module docstring)."""
+        first = np.ceil(bin_edges("sizes")).astype(np.int64)
+        widths = rank_widths()
+        ranks = self.noisy[SIZE_SLICE]
+        floor = noise_floor(self.sigma, widths.size)
+        seen = np.flatnonzero((ranks > floor) & (widths > 0))
+        reach = 0 if seen.size == 0 else int(first[min(int(seen[-1]) + 2, widths.size)]) - 1
+        # f: the lowest bin b >= 1 with min(w_{b-1}, w_b, ...) >= floor + z sigma (and >= 1)
+        need = max(floor + float(standard_normal.isf(MISS_PROBABILITY)) * self.sigma, 1.0)
+        from_here = np.minimum.accumulate(widths[::-1])[::-1]  # min of w_b, w_{b+1}, ...
+        enough = np.flatnonzero(from_here >= need)
+        f = widths.size if enough.size == 0 else int(enough[0]) + 1
+        return max(1, reach, int(first[min(f, widths.size)]) - 1)
+
+    def _survival(self) -> np.ndarray:
+        """Data-point level: :func:`_survival` of the size bins, at most ``num_clients``.
+
+        The cap removes what noise adds to the narrowest bins (width 1, noise
+        ``sigma``), which the non-increasing fit cannot pool away at the start.
+        """
+        return np.minimum(_survival(self.noisy[SIZE_SLICE], self.sigma), self.num_clients)
+
+    def _clients_per_bin(self) -> np.ndarray:
+        """The number of clients the release shows in each size bin, shape (B,).
+
+        Client level: the cleaned one-hot sums. Data-point level: differences of
+        :meth:`_survival`; a client whose size reaches a fraction ``a`` of its bin's
+        ranks counts ``a`` there and ``1 - a`` in the bin below.
+        """
+        if self.level != "datapoint":
+            return self.part("sizes")
+        survival = self._survival()
+        return survival - np.append(survival[1:], 0.0)
 
     def outside_fraction(self, radius: float) -> float | None:
         """Estimated fraction of the points beyond ``radius`` (client level: per client).
@@ -268,3 +350,40 @@ class PrivateEstimates:
             "floor_tail": FLOOR_TAIL,
             "count_floor": self.count_floor,
         }
+
+
+def _survival(ranks: np.ndarray, sigma: float) -> np.ndarray:
+    """Data-point level: clients at least as large as each size bin, shape (B,).
+
+    The cleaned rank histogram ``ranks`` over the bins' widths ``w_b`` (the average
+    number of clients over a bin's ranks, noise ``sigma / w_b``), fitted by the
+    weighted least-squares non-increasing sequence (isotonic regression, weights
+    ``w_b**2``, the inverse noise variances): a bin cleaned to 0 below seen ones is
+    pooled with them, and a flat run of bins reads at the precision of its widest.
+    Bins holding no integer take the next bin's value.
+    """
+    widths = rank_widths()
+    holds = widths > 0
+    average = cleaned(ranks, sigma)[holds] / widths[holds]
+    fitted = isotonic_regression(average, sample_weight=widths[holds].astype(float) ** 2,
+                                 increasing=False)
+    out = np.zeros(widths.size)
+    out[holds] = np.maximum(fitted, 0.0)
+    return np.maximum.accumulate(out[::-1])[::-1]
+
+
+def _count_bound(ranks: np.ndarray, sigma: float) -> float:
+    """Data-point level: a lower bound on the number of non-empty clients.
+
+    ``max_b (R_b - t) / w_b`` over the size bins that hold an integer, ``t`` the noise
+    floor (:func:`noise_floor`): every client at least as large as bin ``b``'s ranks
+    is a client, so ``R_b / w_b`` is at most their number, and each of the ``B``
+    noises stays below ``t`` with joint probability at least ``1 - FLOOR_TAIL``. So
+    the bound is below the true number with probability at least ``1 - FLOOR_TAIL``;
+    it misses by about ``t / w_b`` (under 0.5 at 100 clients of 1,000 points and
+    epsilon 1) plus the clients smaller than the widest bin it reads. Errs below.
+    """
+    widths = rank_widths()
+    holds = widths > 0
+    floor = noise_floor(sigma, widths.size)
+    return max(float(np.max((ranks[holds] - floor) / widths[holds])), 0.0)

@@ -3,8 +3,8 @@
 Inputs: the server's data Q, declared public facts (``privacy.public-num-clients``,
 any setting given a number), the level, epsilon, delta and k, and the estimate round's
 release (:mod:`fedkmeans.stages.estimate`, read by :mod:`fedkmeans.tuning.estimates`):
-a small, accounted share of the budget that tells the clients' sizes, their number
-(client level; at data-point level the registered clients are public), their points'
+a small, accounted share of the budget that tells the clients' sizes, their (noisy)
+number, their points'
 norms and, at client level, the norms of step 1's statistic. Nothing else of the
 clients is read, and the same inputs give the same choice (the simulation's randomness
 is seeded and public).
@@ -13,7 +13,10 @@ What ``auto`` means per setting
     ``data-radius``: the :data:`~fedkmeans.tuning.estimates.RADIUS_QUANTILE` quantile
     of the clients' point norms (the largest norm in Q without an estimate).
 
-    ``max-points-per-client``: the largest client size the estimate round shows.
+    ``max-points-per-client``: the largest client size the estimate round shows; at
+    data-point level an upper bound that is below the true largest size with
+    probability at most 5 % (:mod:`fedkmeans.tuning.estimates`), because an
+    under-estimate makes the server's re-clip bite honest clients.
 
     Client-level bounds (``clip-*``): a quantile (one of ``CLIP_QUANTILES``, chosen by
     the simulation) of the clients' sizes and ``||X^T X||_F`` from the estimate round;
@@ -65,7 +68,7 @@ from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import integer_seed
 from fedkmeans.stages.check import CHOICE_STDS, check_clip, server_only_centers
-from fedkmeans.tuning.estimates import RADIUS_QUANTILE, PrivateEstimates
+from fedkmeans.tuning.estimates import MISS_PROBABILITY, RADIUS_QUANTILE, PrivateEstimates
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
 
 __all__ = [
@@ -169,6 +172,10 @@ def _resolve_auto(
             record["why"]["max_points_per_client"] = (
                 f"{FALLBACK_MAX_POINTS} (no size bin of the estimate round above its noise "
                 "floor)")
+        elif privacy.level == "datapoint":
+            record["why"]["max_points_per_client"] = (
+                "an upper bound on the largest client size from the estimate round's rank "
+                f"histogram, below it with probability at most {MISS_PROBABILITY:g}")
         else:
             record["why"]["max_points_per_client"] = (
                 "the largest client size the estimate round shows (its top occupied bin)")
