@@ -186,14 +186,14 @@ def _halved_estimate(real):
 
 def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monkeypatch, capsys):
     """(d) The estimate round's release, as the runner plans it, records half its
-    sensitivity: sqrt(3) / 2 at data-point level (one point moves the histograms'
-    l2 norm by sqrt(3)). Its noise follows, so the ledger still says epsilon <= 1."""
+    sensitivity: sqrt(2) / 2 at data-point level (one point moves the histograms'
+    l2 norm by sqrt(2): one rank bin and one norm bin). Its noise follows, so the ledger still says epsilon <= 1."""
     monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
     with pytest.raises(SystemExit) as exit_info:
         audit_cli.main([*FAST, "--level", "datapoint"])
     assert exit_info.value.code == audit_cli.FAILED
     err = _failed(capsys)
-    assert "measured change 1.73205 exceeds the recorded sensitivity 0.866025" in err
+    assert "measured change 1.41421 exceeds the recorded sensitivity 0.707107" in err
     config = AuditSetup(level="datapoint", dim=3, max_points=16).config()
     # its row and every run's plan with an estimate round (one per private algorithm
     # that releases anything; more when other tests registered algorithms or stages)
@@ -201,15 +201,15 @@ def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monke
     assert {"feddp-kmeans", "server-lloyds"} <= set(with_estimates)
     assert err.count("estimate/estimates") == 1 + len(with_estimates), err
     assert "sums" not in err and "histogram" not in err
-    # the budget row: the plan's ledger with the estimate round's true sensitivity, sqrt(3)
-    [row] = [r for r in budget_audit(config, {"estimate/estimates": math.sqrt(3)})
+    # the budget row: the plan's ledger with the estimate round's true sensitivity, sqrt(2)
+    [row] = [r for r in budget_audit(config, {"estimate/estimates": math.sqrt(2)})
              if r.plan == "feddp-kmeans"]
     ledger = run_plans(config)["feddp-kmeans"].ledger
     accountant = PrivacyAccountant()
     for release in ledger:
-        accountant.record(dataclasses.replace(release, sensitivity=math.sqrt(3))
+        accountant.record(dataclasses.replace(release, sensitivity=math.sqrt(2))
                           if release.stage == "estimate/estimates" else release)
-    assert ledger[0].sensitivity == pytest.approx(math.sqrt(3) / 2)
+    assert ledger[0].sensitivity == pytest.approx(math.sqrt(2) / 2)
     assert row.recorded_epsilon <= 1.0 < row.measured_epsilon
     assert row.measured_epsilon == pytest.approx(accountant.get_epsilon(1e-6))
     assert f"epsilon at the measured sensitivities {row.measured_epsilon:.4f}" in err
@@ -222,7 +222,7 @@ def test_the_planted_estimate_release_is_the_one_a_real_run_records(monkeypatch,
     result = run_server_inprocess(flat)
     ledger = result["privacy"]["releases"]
     assert ledger[0]["stage"] == "estimate/estimates"
-    assert ledger[0]["sensitivity"] == pytest.approx(math.sqrt(3) / 2)
+    assert ledger[0]["sensitivity"] == pytest.approx(math.sqrt(2) / 2)
     assert result["privacy"]["epsilon"] <= 1.0  # the ledger cannot tell
 
 

@@ -12,7 +12,6 @@ from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import UNDECLARED_MAX_POINTS
 from fedkmeans.privacy.registry import GAUSSIAN
-from fedkmeans.runner import estimate_release
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.thresholds import noise_std
 from fedkmeans.stages import statistic_bounds
@@ -37,6 +36,7 @@ from fedkmeans.tuning.estimates import (
     noise_floor,
     read_quantile,
 )
+from fedkmeans.tuning.plan import estimate_release
 from fedkmeans.tuning.simulation import SimulatedFederation, SimulatedPool
 
 AUTO = {"privacy.data-radius": "auto", "privacy.max-points-per-client": "auto",

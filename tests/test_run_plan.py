@@ -35,11 +35,11 @@ def test_an_auto_setting_plans_the_estimate_round_first_and_calibrates_the_rest_
     plan, asked = _plan({**hand, "privacy.split": "auto"}, resolved=parse_config(hand))
     [estimate] = plan.prior
     assert asked == [plan.prior]
-    # data-point level: sensitivity sqrt(3); noise multiplier z / sqrt(0.05), z the
+    # data-point level: sensitivity sqrt(2); noise multiplier z / sqrt(0.05), z the
     # analytic Gaussian's multiplier of the whole (1, 1e-6) budget
-    assert (estimate.stage, estimate.sensitivity) == ("estimate/estimates", math.sqrt(3))
+    assert (estimate.stage, estimate.sensitivity) == ("estimate/estimates", math.sqrt(2))
     z = analytic_gaussian_sigma(1.0, 1e-6, 1.0) / math.sqrt(0.05)
-    assert estimate.noise_scale == pytest.approx(z * math.sqrt(3), rel=1e-9)
+    assert estimate.noise_scale == pytest.approx(z * math.sqrt(2), rel=1e-9)
     assert 0.99 <= plan.epsilon() <= 1.0  # the whole ledger, estimate round included
     alone, _ = _plan(hand)
     # the estimate round's share leaves more noise on every other release
