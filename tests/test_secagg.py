@@ -229,7 +229,7 @@ def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
         assert release["noise_scale"] == info["sigma_effective"] == info["sigma"]
     # offline: every client's clipped statistic + its seeded share, summed in float
     config = parse_config(flat)
-    everyone = NodeData.load(config, 0, 1)
+    everyone = _as_the_nodes_hold(config)
     clients = everyone.client_ids.tolist()
     info = rounds["init-1"]["statistics"]["covariance"]
     bound = statistic_bounds(config.privacy)["covariance"]
@@ -368,6 +368,12 @@ def _step1_release(flat, tmp_path, epsilon, num_nodes):
     return recorder.releases["init-1/covariance"][1], sigma
 
 
+def _as_the_nodes_hold(config):
+    """Every client in one node, mapped by the run's public transform (data.center)."""
+    transform = config.public_transform(data_access.load_server(config)[0])
+    return NodeData.load(config, 0, 1, transform=transform)
+
+
 @pytest.mark.parametrize("shares", ["secret", "fixed"])
 def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
     shares, tmp_path, monkeypatch
@@ -387,7 +393,7 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
         monkeypatch.setattr(NodeData, "secagg_contribution", fixed)
     (y1, s1), (y2, s2) = (_step1_release(flat, tmp_path, eps, 3) for eps in (1.0, 2.0))
     estimate = combine_runs(y1, s1, y2, s2)
-    node = NodeData.load(parse_config(flat), 0, 1)
+    node = _as_the_nodes_hold(parse_config(flat))
     exact = node.covariance(node.client_ids.tolist())["covariance"].sum(axis=0)
     p = node.points[0][0]  # the target point; the server knows every other one
     guess = leading_direction(estimate - exact + np.outer(p, p))
