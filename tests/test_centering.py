@@ -3,6 +3,7 @@ refusal of a declared data radius that the server's data shows cannot fit."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -113,6 +114,9 @@ def test_centering_is_a_translation_of_the_run(tmp_path):
     assert there["metrics"]["cost"] == pytest.approx(here["metrics"]["cost"], rel=1e-6)
     shift = np.asarray(there["preprocessing"]["shift"])
     assert np.allclose(shift - OFFSET, here["preprocessing"]["shift"], atol=1e-9)
+    # stored with the plan, so a resume maps the points by the same transform
+    state = json.loads((tmp_path / "b" / "out" / "checkpoint" / "state.json").read_text())
+    assert state["plan"]["transform"] == {"shift": shift.tolist(), "scale": None}
 
 
 def test_without_noise_centering_changes_no_bit(tmp_path):
@@ -136,3 +140,20 @@ def test_a_hand_radius_below_most_of_the_servers_norms_is_refused(tmp_path):
     preflight(compose_flat(base + ["data.center=false", "privacy.epsilon=inf"]))  # no clip
     with pytest.raises(ConfigError, match="'privacy.data-radius'"):  # the server refuses too
         run_server_inprocess(_file(path, tmp_path, **{"data.center": False}))
+
+
+@pytest.mark.flower
+@pytest.mark.slow
+def test_the_flower_engine_maps_the_points_as_the_inprocess_one(tmp_path):
+    """A file's nodes load their points to register, unmapped; the transform reaches them
+    with the first request (their shared shards are of the mapped points): same bits."""
+    from fedkmeans.experiment import run_flat
+
+    path = _shifted_mixture(tmp_path)
+    flat = {**_file(path, tmp_path), "federation.num-nodes": 3,
+            "privacy.data-radius": "auto"}
+    flower = run_flat({**flat, "federation.engine": "flower",
+                       "output-dir": str(tmp_path / "flower")})
+    inprocess = run_flat({**flat, "output-dir": str(tmp_path / "inprocess")})
+    np.testing.assert_array_equal(np.array(flower["centers"]), np.array(inprocess["centers"]))
+    assert flower["tuning"]["chosen"]["data_radius"] < 10  # of the centred points
