@@ -159,8 +159,8 @@ class DataConfig:
     delimiter: str = key("")
     #: Private runs: every point is shifted by the mean of the server's data Q (public,
     #: no privacy cost) before the clip to the data radius and every statistic; the
-    #: centers are shifted back (:mod:`fedkmeans.data.transform`). No effect at
-    #: ``privacy.epsilon = inf`` (nothing is clipped there).
+    #: centers are shifted back (:mod:`fedkmeans.data.transform`). Not used at
+    #: ``privacy.epsilon = inf``: the non-private algorithm as published.
     center: bool = key(True)
     #: Every feature is divided by its standard deviation in Q (1 where Q has none)
     #: before the clip; the centers are scaled back. Changes the clustering's metric, so
@@ -392,8 +392,8 @@ class ExperimentConfig:
     def public_transform(self, server_x: np.ndarray) -> PublicTransform:
         """The run's pre-processing of the points, from the server's data (m, d).
 
-        ``data.center`` shifts by Q's mean on private runs only (without a clip or
-        noise a shift changes nothing); ``data.scale`` divides by Q's standard
+        ``data.center`` shifts by Q's mean on private runs only (a non-private run is
+        the published algorithm, unshifted); ``data.scale`` divides by Q's standard
         deviation whenever asked.
         """
         return PublicTransform.fit(server_x, center=self.data.center and self.is_private,

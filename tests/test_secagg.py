@@ -311,14 +311,16 @@ def test_secagg_in_the_flower_simulation(small_config, tmp_path):
     config = parse_config(flat)
     start = Checkpoint.open(tmp_path / "flower" / "checkpoint", config).rounds["init-3"]
     sums, counts = 0.0, 0.0
+    transform = config.public_transform(data_access.load_server(config)[0])  # data.center
     for cid in range(config.data.num_clients):
-        x = clip_rows_l2(data_access.load_client(config, cid)[0], config.privacy.data_radius)
-        s, n = cluster_sums_counts(x, start["centers"])
+        x = clip_rows_l2(transform.apply(data_access.load_client(config, cid)[0]),
+                         config.privacy.data_radius)
+        s, n = cluster_sums_counts(x, start["centers"])  # the rounds' (centred) space
         sums, counts = sums + s, counts + n
     exact = sums / counts[:, None]
     ledger = {r["stage"]: r["noise_scale"] for r in privacy["releases"]}
     sd = np.sqrt(ledger["lloyds-1/sums"] ** 2 + exact**2 * ledger["lloyds-1/counts"] ** 2)
-    z = (np.array(flower["centers"]) - exact) / (sd / counts[:, None])
+    z = (np.array(flower["centers"]) - transform.invert(exact)) / (sd / counts[:, None])
     # the delta method holds where the count dwarfs its noise (>= 4 sigma; 480 points
     # in 4 clusters guarantee one such cluster); a small cluster's ratio is heavy-tailed
     big = counts >= 4 * ledger["lloyds-1/counts"]

@@ -11,10 +11,13 @@ the clip to Delta and before every statistic (the estimate round's norms include
 the server runs its own steps on the transformed Q and maps the centers back,
 ``c * s + mu``.
 
-At ``epsilon = inf`` nothing is clipped and no noise is added, so a shift changes
-nothing but floating-point bits: the run then uses no shift (the non-private
-algorithm exactly). A scale changes the metric of the clustering, so it applies
-whenever the user asks for it.
+At ``epsilon = inf`` nothing is clipped and no noise is added: the run then uses no
+shift and is the published non-private algorithm exactly. (Lloyd's steps and k-means
+on Q are translation-equivariant, but FedDP-Init's step 1, the top eigenvectors of the
+uncentred ``sum p p^T``, is not: on uncentred data a shift changes its subspace, which
+is one more reason to centre a private run and one not to alter the non-private
+reference.) A scale changes the metric of the clustering, so it applies whenever the
+user asks for it.
 """
 
 from __future__ import annotations
