@@ -29,6 +29,7 @@ from threadpoolctl import ThreadpoolController
 from fedkmeans import data as data_access
 from fedkmeans import wire
 from fedkmeans.config import CLIENT_SETTINGS, parse_config
+from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius, shard_ready
 from fedkmeans.stages import Stage, stage, subscribe
 from fedkmeans.wire import pack, unpack
@@ -88,19 +89,24 @@ def nameless_bytes() -> int:
     return sum(node.nameless_bytes for node in tuple(_NODES.values()))
 
 
-def _shard_name(data_key: tuple, key: tuple, radius: float | None) -> str:
-    digest = hashlib.sha256(repr((data_key, key, radius)).encode()).hexdigest()[:24]
+def _shard_name(data_key: tuple, key: tuple, radius: float | None, transform: str = "") -> str:
+    digest = hashlib.sha256(repr((data_key, key, radius, transform)).encode()).hexdigest()[:24]
     return f"node-{key[0]}-of-{key[1]}-{digest}"
 
 
-def node_data(context: Context, settings: dict | None = None) -> NodeData:
+def node_data(context: Context, settings: dict | None = None, *,
+              clip: bool = True) -> NodeData:
     """This node's data, loaded on first use and kept while the cache allows.
 
     ``settings``: the request's resolved ``privacy.*`` settings (the server chose the
-    ``auto`` ones from public information); they replace the run config's values. A
-    node asked with other settings keeps its points (:meth:`NodeData.retarget`: they
-    are clipped when the data radius is first resolved) and is loaded again only when
-    its points were clipped to another radius.
+    ``auto`` ones from public information); they replace the run config's values; and
+    the run's public transform (:mod:`fedkmeans.data.transform`, from the server's
+    data), which maps the points before any clip. A node asked with other settings
+    keeps its points (:meth:`NodeData.retarget`: they are mapped and clipped when
+    first asked with the transform and the data radius) and is loaded again only when
+    its points were clipped to another radius or mapped by another transform.
+    ``clip=False`` (registration, before the transform is sent): a node loaded now
+    keeps its points as loaded.
 
     Flower's simulation sends any virtual node's message to any actor, so without a
     bound every actor would end up holding every node it has served. The process
@@ -126,27 +132,30 @@ def node_data(context: Context, settings: dict | None = None) -> NodeData:
         _RUN_KEY[:] = [data_key]
     key = (partition_id, num_partitions, data_path)
     config = parse_config(run_config)
+    transform = PublicTransform.from_settings(settings)
     # a radius the server resolved (`auto`) is summarised once by the server, privately
     warn = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
     shared = _shared_dir()
-    radius = clip_radius(config)
+    radius = clip_radius(config) if clip else None
     node = _NODES.get(key)
     if node is not None:
         _NODES.move_to_end(key)
-        node = node.retarget(config, partition_id, warn=warn)
+        if clip:
+            node = node.retarget(config, partition_id, warn=warn, transform=transform)
     if node is None and shared:
-        # one file per node, its points as built, written by the first actor that
-        # builds it; every actor maps it and clips to the request's radius
-        shard = shared / _shard_name(data_key, key, None)
+        # one file per node, its points as built and mapped, written by the first actor
+        # that builds it; every actor maps it and clips to the request's radius
+        shard = shared / _shard_name(data_key, key, None, transform.digest)
         if shard_ready(shard):
-            node = NodeData.open_spilled(config, shard, data_path)
+            node = NodeData.open_spilled(config, shard, data_path, transform)
         else:
             node = NodeData.load(config, partition_id, num_partitions, data_path,
-                                 warn=warn, clip=False)
+                                 warn=warn, clip=False, transform=transform)
             node.spill(shared, shard.name)
         node.aim(radius)
     if node is None:
-        node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn)
+        node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn,
+                             clip=clip, transform=transform)
     if _NODES.get(key) is not node:
         _NODES[key] = node
         _NODES.move_to_end(key)
@@ -165,7 +174,8 @@ def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) ->
         if other_key == current or not other.nbytes:
             continue
         freed = other.nbytes
-        spilled = (other.spill(shared, _shard_name(data_key, other_key, other.radius))
+        spilled = (other.spill(shared, _shard_name(data_key, other_key, other.radius,
+                                                    other.transform.digest))
                    is not None if shared else other.spill_nameless())
         if not spilled:
             del _NODES[other_key]  # cannot be spilled (ragged clients): loaded again
@@ -227,7 +237,7 @@ def register(msg: Message, context: Context) -> Message:
                                           int(node_config.get("num-partitions", 1)))
         return Message(pack({"client_ids": ids}, {"dim": dim if ids.size else 0}),
                        reply_to=msg)
-    node = node_data(context)
+    node = node_data(context, clip=False)  # mapped and clipped when first asked
     return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
 
 

@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from fedkmeans.data import catalog
+from fedkmeans.data.transform import PublicTransform
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
@@ -154,6 +157,15 @@ class DataConfig:
     features: str = key("")
     #: CSV files: the field delimiter ('' = ``,`` for ``.csv``, tab for ``.tsv``).
     delimiter: str = key("")
+    #: Private runs: every point is shifted by the mean of the server's data Q (public,
+    #: no privacy cost) before the clip to the data radius and every statistic; the
+    #: centers are shifted back (:mod:`fedkmeans.data.transform`). Not used at
+    #: ``privacy.epsilon = inf``: the non-private algorithm as published.
+    center: bool = key(True)
+    #: Every feature is divided by its standard deviation in Q (1 where Q has none)
+    #: before the clip; the centers are scaled back. Changes the clustering's metric, so
+    #: it applies to non-private runs too.
+    scale: bool = key(False)
 
 
 @dataclass(frozen=True)
@@ -401,6 +413,16 @@ class ExperimentConfig:
     def to_flat(self) -> dict[str, Any]:
         """Return the flat, dotted-key mapping that :func:`parse_config` reads."""
         return _flatten_dataclass(self)
+
+    def public_transform(self, server_x: np.ndarray) -> PublicTransform:
+        """The run's pre-processing of the points, from the server's data (m, d).
+
+        ``data.center`` shifts by Q's mean on private runs only (a non-private run is
+        the published algorithm, unshifted); ``data.scale`` divides by Q's standard
+        deviation whenever asked.
+        """
+        return PublicTransform.fit(server_x, center=self.data.center and self.is_private,
+                                   scale=self.data.scale)
 
 
 _SECTIONS = {"data": DataConfig, "privacy": PrivacyConfig, "federation": FederationConfig}

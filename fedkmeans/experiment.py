@@ -51,6 +51,7 @@ from fedkmeans.engines import App, engine
 from fedkmeans.flower_logging import TRACEBACK_ENV
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.rundir import check_output_dir, remove_unused_run_dir
+from fedkmeans.tuning.hand import check_declared_radius
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
 #: two runs started in the same second never share a directory (``fedkmeans.rundir``).
@@ -122,7 +123,9 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
     Validates the keys (:func:`fedkmeans.config.parse_config`), resolves a relative
     ``data.path`` against the current directory (the ``flower`` engine runs the server
     elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
-    exceed the number of server points (the server's own, public data).
+    exceed the number of server points (the server's own, public data), and that a
+    declared data radius is not below the median norm of the server's data
+    (:func:`fedkmeans.tuning.hand.check_declared_radius`).
 
     Raises
     ------
@@ -133,8 +136,9 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
     resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
     if resolved != dict(flat):
         config = parse_config(resolved)
-    server_points = data_access.load_server(config)[0].shape[0]
-    check_server_points(config, server_points)
+    server_x = data_access.load_server(config)[0]
+    check_server_points(config, server_x.shape[0])
+    check_declared_radius(config, config.public_transform(server_x).apply(server_x))
     return config
 
 

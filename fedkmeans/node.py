@@ -6,7 +6,9 @@ server) observes every client separately, exactly as with one client per node.
 
 Client-side privacy duties (the server re-clips anyway):
 
-* every point is clipped to ``privacy.data-radius`` before any statistic;
+* every point is mapped by the run's public transform (``(x - mu) / s`` from the
+  server's data, :mod:`fedkmeans.data.transform`) and then clipped to
+  ``privacy.data-radius`` before any statistic;
 * at client level, each client clips its own statistic to the configured bound;
 * with ``privacy.epsilon = inf`` nothing is clipped (the non-private algorithm);
 * with ``privacy.aggregation = secagg`` (:meth:`NodeData.secagg_contribution`) every
@@ -34,6 +36,7 @@ from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upp
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
+from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.privacy.budget import joint_groups, joint_radius, reachable_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
@@ -62,7 +65,8 @@ class NodeData:
     config : ExperimentConfig
     client_ids : ndarray of shape (n_hosted,)
     points : dict of int to ndarray of shape (n_j, d)
-        Each client's points, clipped to the data radius when the run is private.
+        Each client's points, mapped by ``transform`` and clipped to the data radius
+        when the run is private.
     labels : dict of int to ndarray of shape (n_j,) or None
     """
 
@@ -78,6 +82,8 @@ class NodeData:
     raw_norms: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     #: The radius the points are clipped to (None: as loaded).
     radius: float | None = None
+    #: The public transform the points were mapped by before any clip (as loaded: none).
+    transform: PublicTransform = IDENTITY
 
     def __post_init__(self) -> None:
         """Keep the hosted points in one array, client after client (``client_ids``).
@@ -199,8 +205,11 @@ class NodeData:
 
     @classmethod
     def open_spilled(cls, config: ExperimentConfig, path: str | os.PathLike,
-                     data_path: str = "") -> NodeData:
-        """A node whose points another process spilled to ``path`` (same run, same node)."""
+                     data_path: str = "", transform: PublicTransform = IDENTITY) -> NodeData:
+        """A node whose points another process spilled to ``path`` (same run, same node).
+
+        ``transform``: the one the file's points were mapped by (part of its name).
+        """
         path = Path(path)
         with np.load(path / _META) as meta:
             ids = meta["client_ids"]
@@ -213,7 +222,7 @@ class NodeData:
                for i, c in enumerate(clipped.tolist())}
         node = cls(config, ids, {}, {c: None for c in ids.tolist()} if not has_labels else {},
                    data_path, frozenset(clipped.tolist()), raw,
-                   None if np.isnan(radius) else radius)
+                   None if np.isnan(radius) else radius, transform)
         node._offsets = np.load(path / _OFFSETS)
         node._order = ids.tolist()
         node._position = {c: i for i, c in enumerate(node._order)}
@@ -262,11 +271,13 @@ class NodeData:
     def load(
         cls, config: ExperimentConfig, partition_id: int, num_partitions: int,
         data_path: str = "", *, warn: bool = True, clip: bool = True,
+        transform: PublicTransform = IDENTITY,
     ) -> NodeData:
         """Load only this node's clients (never another node's data).
 
-        The points are clipped to the data radius (:func:`clip_radius`), as
-        :meth:`clip_to` does (``clip=False``: left as built). ``warn``: log points
+        The points are mapped by ``transform`` (:meth:`transform_to`), then clipped to
+        the data radius (:func:`clip_radius`), as :meth:`clip_to` does (``clip=False``:
+        left unclipped). ``warn``: log points
         clipped to the data radius as a warning (the first node of the process; the
         others, and every node when ``warn`` is False, at DEBUG).
         """
@@ -277,9 +288,32 @@ class NodeData:
             owned = owned and own
         node = cls(config, ids, points, labels, data_path)
         node._owned = node._owned or owned
+        node.transform_to(transform)
         if clip:
             node.clip_to(clip_radius(config), partition_id, warn=warn)
         return node
+
+    def transform_to(self, transform: PublicTransform) -> None:
+        """Map the (untransformed, unclipped) points by ``transform``, before any clip.
+
+        The node's own block is mapped in place; a loader's arrays, which may be
+        shared, are replaced by mapped copies (the same bits).
+        """
+        if transform == self.transform:
+            return
+        if not self.transform.is_identity or self.radius is not None \
+                or self._spilled is not None:
+            raise ValueError("transform_to needs the node's points as loaded, in memory")
+        if self.points:
+            transform.check_dim(self.dim)
+        if self._stacked is not None:
+            stacked = self._stacked if self._owned else None
+            self._adopt(self._order, self._offsets, transform.apply(self._stacked, out=stacked),
+                        self._labels_stacked)
+            self._owned = True
+        else:
+            self.points = {c: transform.apply(x) for c, x in self.points.items()}
+        self.transform = transform
 
     def clip_to(self, radius: float | None, partition_id: int = 0, *,
                 warn: bool = True) -> None:
@@ -367,16 +401,26 @@ class NodeData:
         return True
 
     def retarget(self, config: ExperimentConfig, partition_id: int = 0, *,
-                 warn: bool = True) -> NodeData | None:
-        """This node's data under ``config`` (the same data, other client settings).
+                 warn: bool = True, transform: PublicTransform = IDENTITY) -> NodeData | None:
+        """This node's data under ``config`` and ``transform`` (other client settings).
 
         The server resolves the ``auto`` settings after the estimate round, so a node
         is first asked with its points unclipped and then with a data radius: the
         points are clipped then (in place, or from a spilled node's file into memory),
-        not generated again. Returns None when the node must be loaded again (its
-        points were clipped to another radius).
+        not generated again. A node loaded to register (as loaded, in memory) is
+        mapped by the run's transform when first asked. Returns None when the node
+        must be loaded again (its points were clipped to another radius, or mapped by
+        another transform, or spilled before the transform was known).
         """
         radius = clip_radius(config)
+        if transform != self.transform:
+            if self.radius is not None or self._spilled is not None \
+                    or not self.transform.is_identity:
+                return None
+            self.config = config
+            self.transform_to(transform)
+            self.clip_to(radius, partition_id, warn=warn)
+            return self
         if radius == self.radius:
             self.config = config
             return self
@@ -656,25 +700,27 @@ class NodeData:
         ]
         return {"centers": _stack(stats, (local_k, self.dim))}
 
-    def _original_segments(self, clients: list[int]) -> list[np.ndarray]:
-        """The clients' original points, in order, as few arrays as possible.
+    def _original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
+        """The clients' points, in order, as few arrays as possible: ``(points, mapped)``.
 
         Runs of consecutive clients whose points were not clipped are slices of the
-        stacked points (no copy); a clipped client's original points are reloaded.
+        stacked points (no copy; ``mapped``: still to be mapped back by the inverse of
+        ``transform``); a clipped client's original points are reloaded.
         """
         if self._stacked is None:
-            return [data_access.load_client(self.config, c, self.data_path)[0]
-                    if c in self.clipped_clients else self.points[c] for c in clients]
+            return [(data_access.load_client(self.config, c, self.data_path)[0], False)
+                    if c in self.clipped_clients else (self.points[c], True) for c in clients]
         segments, run = [], []
         for c in clients + [None]:
             if c is not None and c not in self.clipped_clients:
                 run.append(c)
                 continue
             if run:
-                segments.append(self._pooled(run)[0])
+                segments.append((self._pooled(run)[0], True))
                 run = []
             if c is not None:
-                segments.append(data_access.load_client(self.config, c, self.data_path)[0])
+                segments.append(
+                    (data_access.load_client(self.config, c, self.data_path)[0], False))
         return segments
 
     def evaluate(self, centers: np.ndarray) -> dict[str, np.ndarray]:
@@ -682,15 +728,19 @@ class NodeData:
 
         Returns the summed squared distance to the nearest center, the number of
         points, and, when labels exist, the label values and the contingency table
-        (n_labels, k) of labels against assigned clusters. Clients whose points were
-        clipped to the data radius are evaluated on their original points.
+        (n_labels, k) of labels against assigned clusters. ``centers`` are in the
+        data's own space: the points are evaluated as loaded (those of clipped clients
+        reloaded, the others mapped back by the inverse of ``transform``, block by
+        block).
         """
         k = centers.shape[0]
         clients = self.client_ids.tolist()
         cost, labels_of = 0.0, []
-        for segment in self._original_segments(clients):
+        for segment, mapped in self._original_segments(clients):
             for start in range(0, segment.shape[0], BLOCK):
                 block = segment[start:start + BLOCK]
+                if mapped:
+                    block = self.transform.invert(block)
                 labels_of.append(nearest_center(block, centers))
                 offset = block - centers[labels_of[-1]]
                 cost += float(np.einsum("ij,ij->", offset, offset))

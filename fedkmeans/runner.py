@@ -21,6 +21,7 @@ from fedkmeans.artefacts import RESULT_FILE, json_number, write_artefacts
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
 from fedkmeans.config import ExperimentConfig, check_server_points
 from fedkmeans.console import announce, say
+from fedkmeans.data.transform import PublicTransform
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.rundir import claim_output_dir
@@ -38,6 +39,7 @@ from fedkmeans.statements import (
     summary_line,
 )
 from fedkmeans.tuning.estimates import PrivateEstimates
+from fedkmeans.tuning.hand import check_declared_radius
 from fedkmeans.tuning.plan import RunPlan, plan_run
 from fedkmeans.tuning.resolve import client_settings, resolve_auto
 
@@ -105,6 +107,12 @@ def _run_claimed(
         )
     check_server_points(config, server_x.shape[0])
     _, k_needed = config.largest_k
+    # the public pre-processing (Q's mean, opt-in its spread): the nodes map their
+    # points before the estimate round, so it is sent with every request from now on
+    transform = _transform(config, checkpoint, server_x)
+    server_x = transform.apply(server_x)
+    check_declared_radius(config, server_x)
+    pool.settings = transform.to_settings()
 
     ctx = ServerContext(
         checkpoint=checkpoint, config=config, pool=pool, server_x=server_x, releases={},
@@ -115,13 +123,13 @@ def _run_claimed(
 
         pool.secagg = SecAggAggregator(config, ctx.releases)
     t0 = time.perf_counter()
-    config, tuning, releases = _plan(ctx, checkpoint, subspace=k_needed < pool.dim)
+    config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=k_needed < pool.dim)
     timings["tuning"] = time.perf_counter() - t0
     ctx.config = config
     ctx.releases.update({r.stage: r for r in releases})
     ctx.expected_rounds = len(checkpoint.rounds.keys() & set(PLAN_FREE_ROUNDS)) + \
         _expected_rounds(config, subspace=k_needed < pool.dim)
-    pool.settings = client_settings(config)
+    pool.settings = {**transform.to_settings(), **client_settings(config)}
     if pool.secagg is not None:
         pool.secagg.config = config
     for observer in observers:  # e.g. the curious server: sees the resolved settings
@@ -129,7 +137,7 @@ def _run_claimed(
     randomness = ctx.private_randomness
     if config.is_private and not randomness.is_secure:
         LOG.warning("%s", randomness.notice)
-    centers = algorithm(config.algorithm).run(ctx)
+    centers = transform.invert(algorithm(config.algorithm).run(ctx))  # the data's space
     timings.update(ctx.timings)
 
     t0 = time.perf_counter()
@@ -181,6 +189,8 @@ def _run_claimed(
         "timings": timings,
         "config": declared.to_flat(),
     }
+    if not transform.is_identity:
+        result["preprocessing"] = _preprocessing(transform)
     if tuning is not None:
         result["tuning"] = tuning
     if ctx.check is not None:
@@ -254,8 +264,27 @@ def _noise_source(ctx: ServerContext) -> dict:
     return out
 
 
-def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
-          ) -> tuple[ExperimentConfig, dict | None, list[Release]]:
+def _transform(config: ExperimentConfig, checkpoint: Checkpoint, server_x) -> PublicTransform:
+    """The run's public transform: the one stored with the plan on a resume, else from Q."""
+    stored = checkpoint.plan
+    if stored is not None and "transform" in stored:
+        return PublicTransform.from_record(stored["transform"])
+    return config.public_transform(server_x)
+
+
+def _preprocessing(transform: PublicTransform) -> dict:
+    """``result.json["preprocessing"]``: the public transform, in words and figures."""
+    return {
+        "transform": "(x - shift) / scale before the clip to the data radius; the centers "
+                     "are mapped back (c * scale + shift)",
+        "source": "the server's data Q (public): shift = its mean (data.center, private "
+                  "runs), scale = its per-feature standard deviation (data.scale)",
+        **transform.to_record(),
+    }
+
+
+def _plan(ctx: ServerContext, checkpoint: Checkpoint, transform: PublicTransform, *,
+          subspace: bool) -> tuple[ExperimentConfig, dict | None, list[Release]]:
     """The resolved config, the tuning record and the calibrated releases of the run.
 
     On a resume, the plan stored with the checkpoint (never resolved again: the rounds
@@ -279,7 +308,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint, *, subspace: bool
         return resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
 
     plan = plan_run(ctx.config, subspace=subspace, resolve=resolve)
-    checkpoint.save_plan(plan.to_dict())
+    checkpoint.save_plan({**plan.to_dict(), "transform": transform.to_record()})
     return plan.config, plan.tuning, list(plan.releases)
 
 

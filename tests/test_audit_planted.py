@@ -187,7 +187,8 @@ def _halved_estimate(real):
 def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monkeypatch, capsys):
     """(d) The estimate round's release, as the runner plans it, records half its
     sensitivity: sqrt(2) / 2 at data-point level (one point moves the histograms'
-    l2 norm by sqrt(2): one rank bin and one norm bin). Its noise follows, so the ledger still says epsilon <= 1."""
+    l2 norm by sqrt(2): one rank bin and one norm bin). Its noise follows, so the
+    ledger still says epsilon <= 1."""
     monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
     with pytest.raises(SystemExit) as exit_info:
         audit_cli.main([*FAST, "--level", "datapoint"])

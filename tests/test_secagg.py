@@ -231,7 +231,7 @@ def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
         assert release["noise_scale"] == info["sigma_effective"] == info["sigma"]
     # offline: every client's clipped statistic + its seeded share, summed in float
     config = parse_config(flat)
-    everyone = NodeData.load(config, 0, 1)
+    everyone = _as_the_nodes_hold(config)
     clients = everyone.client_ids.tolist()
     info = rounds["init-1"]["statistics"]["covariance"]
     bound = statistic_bounds(config.privacy)["covariance"]
@@ -319,14 +319,16 @@ def test_secagg_in_the_flower_simulation(small_config, tmp_path):
     config = parse_config(flat)
     start = Checkpoint.open(tmp_path / "flower" / "checkpoint", config).rounds["init-3"]
     sums, counts = 0.0, 0.0
+    transform = config.public_transform(data_access.load_server(config)[0])  # data.center
     for cid in range(config.data.num_clients):
-        x = clip_rows_l2(data_access.load_client(config, cid)[0], config.privacy.data_radius)
-        s, n = cluster_sums_counts(x, start["centers"])
+        x = clip_rows_l2(transform.apply(data_access.load_client(config, cid)[0]),
+                         config.privacy.data_radius)
+        s, n = cluster_sums_counts(x, start["centers"])  # the rounds' (centred) space
         sums, counts = sums + s, counts + n
     exact = sums / counts[:, None]
     ledger = {r["stage"]: r["noise_scale"] for r in privacy["releases"]}
     sd = np.sqrt(ledger["lloyds-1/sums"] ** 2 + exact**2 * ledger["lloyds-1/counts"] ** 2)
-    z = (np.array(flower["centers"]) - exact) / (sd / counts[:, None])
+    z = (np.array(flower["centers"]) - transform.invert(exact)) / (sd / counts[:, None])
     # the delta method holds where the count dwarfs its noise (>= 4 sigma; 480 points
     # in 4 clusters guarantee one such cluster); a small cluster's ratio is heavy-tailed
     big = counts >= 4 * ledger["lloyds-1/counts"]
@@ -376,6 +378,12 @@ def _step1_release(flat, tmp_path, epsilon, num_nodes):
     return recorder.releases["init-1/covariance"][1], sigma
 
 
+def _as_the_nodes_hold(config):
+    """Every client in one node, mapped by the run's public transform (data.center)."""
+    transform = config.public_transform(data_access.load_server(config)[0])
+    return NodeData.load(config, 0, 1, transform=transform)
+
+
 @pytest.mark.parametrize("shares", ["secret", "fixed"])
 def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
     shares, tmp_path, monkeypatch
@@ -395,7 +403,7 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
         monkeypatch.setattr(NodeData, "secagg_contribution", fixed)
     (y1, s1), (y2, s2) = (_step1_release(flat, tmp_path, eps, 3) for eps in (1.0, 2.0))
     estimate = combine_runs(y1, s1, y2, s2)
-    node = NodeData.load(parse_config(flat), 0, 1)
+    node = _as_the_nodes_hold(parse_config(flat))
     exact = node.covariance(node.client_ids.tolist())["covariance"].sum(axis=0)
     p = node.points[0][0]  # the target point; the server knows every other one
     guess = leading_direction(estimate - exact + np.outer(p, p))

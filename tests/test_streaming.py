@@ -149,10 +149,11 @@ def test_a_curious_server_still_sees_every_client_s_row(small_config):
     assert not seen.folded and seen.stats["covariance"].shape == (12, 8, 8)
     assert np.array_equal(seen.client_ids, np.arange(12))
     # the same rows as the real client code computes, in client-id order
+    from fedkmeans.data import load_server
     from fedkmeans.node import NodeData
 
-    config = parse_config(flat)
-    node = NodeData.load(config, 0, 1)
+    config = parse_config(flat)  # the nodes map their points by the run's public transform
+    node = NodeData.load(config, 0, 1, transform=config.public_transform(load_server(config)[0]))
     expected = node.covariance(list(range(12)))["covariance"]
     np.testing.assert_allclose(seen.stats["covariance"], expected, rtol=1e-12)
 

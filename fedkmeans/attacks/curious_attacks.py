@@ -48,6 +48,7 @@ class GroundTruth:
         self.config = config
         self.clipped = 0
         self._cache: dict[int, np.ndarray] = {}
+        self._transform = None
         try:
             data_access.load_client(config, self.all_client_ids()[0])
             self.available = True
@@ -59,9 +60,13 @@ class GroundTruth:
         return data_access.node_client_ids(self.config, 0, 1).astype(int).tolist()
 
     def points(self, cid: int) -> np.ndarray:
-        """Client ``cid``'s points as its node holds them (clipped to Delta if private)."""
+        """Client ``cid``'s points as its node holds them (public transform, Delta clip)."""
         if cid not in self._cache:
             x, _ = data_access.load_client(self.config, cid)
+            if self._transform is None:  # the run's public transform, from Q
+                self._transform = self.config.public_transform(
+                    data_access.load_server(self.config)[0])
+            x = self._transform.apply(x)
             radius = self.config.privacy.data_radius
             if self.config.is_private and np.max(np.linalg.norm(x, axis=1)) > radius:
                 self.clipped += int((np.linalg.norm(x, axis=1) > radius).sum())
