@@ -154,7 +154,7 @@ def _run_claimed(
             "guarantee": _guarantee(config, spent, ctx),
         },
         "metrics": {
-            **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi")},
+            **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi", "fmi")},
             "optimal_cost": best,
             "cost_ratio": evaluation["cost"] / best if best else None,
             "num_points": evaluation["num_points"],

@@ -62,7 +62,7 @@ ERROR_FILE = "error.txt"
 #: Columns after the config keys.
 RESULT_COLUMNS = (
     "k_chosen", "epsilon_spent", "cost", "optimal_cost", "cost_ratio", "accuracy", "ari",
-    "nmi", "num_points", "num_clients", "num_nodes", "rejected_replies",
+    "nmi", "fmi", "num_points", "num_clients", "num_nodes", "rejected_replies",
     "time_total", "time_calibration", "time_register", "time_init", "time_lloyds",
     "time_evaluate", "time_optimal_cost", "wall_s", "result_path",
 )
@@ -146,7 +146,8 @@ def result_row(
         "k_chosen": result.get("k"),
         "epsilon_spent": result.get("privacy", {}).get("epsilon"),
         **{key: metrics.get(key) for key in (
-            "cost", "optimal_cost", "cost_ratio", "accuracy", "ari", "nmi", "num_points")},
+            "cost", "optimal_cost", "cost_ratio", "accuracy", "ari", "nmi", "fmi",
+            "num_points")},
         "num_clients": federation.get("num_clients"),
         "num_nodes": federation.get("num_nodes"),
         "rejected_replies": len(federation.get("rejected_replies", []) or []),
