@@ -29,6 +29,7 @@ import argparse
 import csv
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -214,6 +215,15 @@ def full_jobs() -> int:
     return len(FEDERATIONS) * SEEDS * (1 + 2 * len(LEVELS) * len(EPSILONS))
 
 
+def measured_commit() -> str:
+    """The worktree's commit (``+changes`` when it has uncommitted changes)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, check=False).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+changes" if dirty else "")
+
+
 def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> str:
     command = "python benchmarks/federations.py " + " ".join(args.argv)
     runs = len(rows)
@@ -221,22 +231,23 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
     timing = (f"Wall time of this benchmark: {wall_s / 60:.1f} min for {runs} runs "
               f"({per_run:.1f} s per run, {args.workers} worker process(es) on a shared "
               "2-core machine)" if wall_s is not None else
-              f"{runs} runs, {per_run:.1f} s per run on average (from the csv)")
+              f"{runs} runs, their wall times summing to {runs * per_run / 60:.1f} min "
+              f"({per_run:.1f} s per run; redrawn from the csv)")
     if runs != full_jobs():
         timing += (f"; a full run ({full_jobs()} runs: every federation, both levels, eps "
                    f"{', '.join(f'{e:g}' for e in EPSILONS)}, {SEEDS} seeds) would take about "
                    f"{full_jobs() * per_run / 60:.0f} min at this rate")
-    title = ("**PRELIMINARY** (a subset, on the code before the fixes of the data-point "
-             "server clip and of the n_max estimate; the lead reruns the full benchmark "
-             "after them). " if args.preliminary else "")
-    return (f"{title}Measured by `{command}` (in-process, secret noise, delta = 1e-6; only "
-            "the data file and k given, tuning=auto). Cells: cost / optimal on the pooled "
-            "client data; median and max over the seeds (seed s = the federation's seed "
-            "and the run's). `protocol`: privacy.check-share=0; `final`: the defaults; "
-            "`final / server`: final median over the server-alone median. "
-            "`centers_from protocol`: final runs whose check returned the protocol's "
-            "centers. `T`, `n_max chosen`: what tuning chose in the protocol runs. "
-            f"{timing}.\n\n")
+    title = ("**PRELIMINARY** (on the code before the fixes of the data-point server clip "
+             "and of the n_max estimate; the full benchmark is rerun after them). "
+             if args.preliminary else "")
+    return (f"{title}Measured by `{command}` on commit {args.commit} (in-process, secret "
+            "noise, delta = 1e-6; only the data file and k given, tuning=auto). Cells: "
+            "cost / optimal on the pooled client data; median and max over the seeds "
+            "(seed s = the federation's seed and the run's). `protocol`: "
+            "privacy.check-share=0; `final`: the defaults; `final / server`: final median "
+            "over the server-alone median. `centers_from protocol`: final runs whose check "
+            "returned the protocol's centers. `T`, `n_max chosen`: what tuning chose in the "
+            f"protocol runs. {timing}.\n\n")
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -268,13 +279,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--name", default="federations")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--from-csv", action="store_true")
+    parser.add_argument("--preliminary", action="store_true",
+                        help="label the md preliminary (implied by --quick)")
+    parser.add_argument("--commit", default="",
+                        help="the commit measured, for --from-csv (default: this worktree's)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.federations.split(",")) - set(FEDERATIONS))
     if unknown:
         parser.error(f"--federations: unknown {unknown} (known: {', '.join(FEDERATIONS)})")
     if args.quick:
         args.seeds, args.epsilons = 1, "1"
-    args.preliminary = args.quick or args.name.endswith("preliminary")
+    args.preliminary = args.preliminary or args.quick
+    args.commit = args.commit or measured_commit()
     if args.quick and args.name == "federations":
         args.name = "federations-preliminary"
     args.epsilons = [float(e) for e in args.epsilons.split(",")]
