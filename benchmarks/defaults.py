@@ -67,6 +67,12 @@ def one_job(job: tuple) -> dict:
             f"output-dir={out_dir}", *SETTINGS[setting]]
     start = time.perf_counter()
     result = run(args)
+    return row_of(job, result, time.perf_counter() - start)
+
+
+def row_of(job: tuple, result: dict, wall_s: float) -> dict:
+    """The row of ``job`` from its ``result.json`` (``wall_s``: the run's wall time)."""
+    name, _, level, eps, setting, seed, _ = job
     timings = result["timings"]
     protocol_s = sum(v for k, v in timings.items()
                      if k.startswith(("init-", "lloyds-", "check")))
@@ -83,19 +89,36 @@ def one_job(job: tuple) -> dict:
         "num_clients": result["federation"]["num_clients"],
         "num_points": result["metrics"]["num_points"],
         "tuning_s": timings.get("tuning", 0.0), "protocol_s": protocol_s,
-        "run_s": timings["total"], "wall_s": time.perf_counter() - start,
+        "run_s": timings["total"], "wall_s": wall_s,
     }
 
 
-def run_jobs(jobs: list[tuple], workers: int, shown: tuple[str, ...]) -> list[dict]:
-    """:func:`one_job` over ``jobs`` in ``workers`` spawned processes, one line per row."""
+def run_jobs(jobs: list[tuple], workers: int, shown: tuple[str, ...],
+             partial: Path | None = None) -> list[dict]:
+    """:func:`one_job` over ``jobs`` in ``workers`` spawned processes, one line per row.
+
+    ``partial``: a csv each row is appended to as it arrives (a stopped benchmark keeps
+    the rows it had).
+    """
     rows, start = [], time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         for row in pool.imap_unordered(one_job, jobs):
             rows.append(row)
+            if partial is not None:
+                append_row(partial, row)
             print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - start:.0f} s] "
                   + " ".join(f"{k}={row[k]}" for k in shown), flush=True)
     return rows
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append ``row`` to the csv at ``path`` (its header first if the file is new)."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
 
 
 def jobs_for(args: argparse.Namespace, tmp: str) -> list[tuple]:

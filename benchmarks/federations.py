@@ -5,6 +5,7 @@
     python benchmarks/federations.py --federations heavy-tailed,uneven --levels client \\
         --epsilons 1,3 --seeds 2
     python benchmarks/federations.py --from-csv      # redraw the md from the csv
+    python benchmarks/federations.py --resume        # go on from <name>.partial.csv
 
 The federations are drawn by ``federation_data.py`` (public, one seed each, written once
 to ``--data-dir`` as ``clients.npz`` + ``server.npz``) and run in-process with the data
@@ -20,7 +21,8 @@ level, epsilon and seed s (the federation's seed and the run's):
 Each as cost / optimal (the run's ``diagnostics.json``; the optimum cached on disk), with
 ARI, NMI and the Fowlkes-Mallows index. Writes ``docs/results/<name>.{csv,md}`` and the
 missing-clusters table ``<name>-missing.md``; the md evaluates the issue's acceptance
-lines on these rows.
+lines on these rows. Each row is also appended to ``<name>.partial.csv`` as it arrives
+(removed when the benchmark ends), so a stopped benchmark goes on with ``--resume``.
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
               f"({per_run:.1f} s per run, {args.workers} worker process(es) on a shared "
               "2-core machine)" if wall_s is not None else
               f"{runs} runs, their wall times summing to {runs * per_run / 60:.1f} min "
-              f"({per_run:.1f} s per run; redrawn from the csv)")
+              f"({per_run:.1f} s per run; resumed or redrawn from the csv)")
     if runs != full_jobs():
         timing += (f"; a full run ({full_jobs()} runs: every federation, both levels, eps "
                    f"{', '.join(f'{e:g}' for e in EPSILONS)}, {SEEDS} seeds) would take about "
@@ -256,7 +258,7 @@ def read_rows(path: Path) -> list[dict]:
         rows = list(csv.DictReader(f))
     for row in rows:
         for key, value in row.items():
-            if key in ("absent", "centers_from", "federation", "level", "setting",
+            if key in ("absent", "centers_from", "set", "federation", "level", "setting",
                        "chosen_algorithm", "chosen_lloyds_steps", "chosen_max_points"):
                 continue
             try:
@@ -279,6 +281,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--name", default="federations")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     parser.add_argument("--from-csv", action="store_true")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the runs already in <name>.partial.csv")
     parser.add_argument("--preliminary", action="store_true",
                         help="label the md preliminary (implied by --quick)")
     parser.add_argument("--commit", default="",
@@ -304,12 +308,19 @@ def main(argv: list[str]) -> None:
     if args.from_csv:
         rows = read_rows(path)
     else:
+        partial = OUT / f"{args.name}.partial.csv"
+        done = read_rows(partial) if args.resume and partial.exists() else []
+        if not args.resume:
+            partial.unlink(missing_ok=True)
+        finished = {(r["set"], r["level"], r["epsilon"], r["setting"], r["seed"]) for r in done}
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             jobs, known = plan(args, tmp)
-            rows = run_jobs(jobs, args.workers, (
-                "set", "level", "epsilon", "setting", "seed", "cost_ratio", "centers_from"))
-        wall_s = time.perf_counter() - start
+            rows = done + run_jobs([j for j in jobs if j[:1] + j[2:6] not in finished],
+                                   args.workers, ("set", "level", "epsilon", "setting", "seed",
+                                                  "cost_ratio", "centers_from"), partial)
+        # a resumed benchmark's time is the sum of its runs' (the header says so)
+        wall_s = None if done else time.perf_counter() - start
         for row in rows:
             row["federation"] = row.pop("set")
             row.update(known[(row["federation"], row["seed"])])
@@ -317,6 +328,7 @@ def main(argv: list[str]) -> None:
         rows.sort(key=lambda r: (list(FEDERATIONS).index(r["federation"]), r["setting"], r["level"],
                                  r["epsilon"], r["seed"]))
         write_csv(path, rows)
+        partial.unlink(missing_ok=True)
     lines = summarise(rows)
     (OUT / f"{args.name}.md").write_text(header(args, rows, wall_s) + "\n".join(lines) + "\n")
     table = missing_table(rows)
