@@ -268,6 +268,12 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
+def remaining(jobs: list[tuple], done: list[dict]) -> list[tuple]:
+    """The jobs without a row in ``done`` (rows read back from a partial csv)."""
+    finished = {(r["set"], r["level"], r["epsilon"], r["setting"], r["seed"]) for r in done}
+    return [job for job in jobs if job[:1] + job[2:6] not in finished]
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,13 +318,11 @@ def main(argv: list[str]) -> None:
         done = read_rows(partial) if args.resume and partial.exists() else []
         if not args.resume:
             partial.unlink(missing_ok=True)
-        finished = {(r["set"], r["level"], r["epsilon"], r["setting"], r["seed"]) for r in done}
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             jobs, known = plan(args, tmp)
-            rows = done + run_jobs([j for j in jobs if j[:1] + j[2:6] not in finished],
-                                   args.workers, ("set", "level", "epsilon", "setting", "seed",
-                                                  "cost_ratio", "centers_from"), partial)
+            shown = ("set", "level", "epsilon", "setting", "seed", "cost_ratio", "centers_from")
+            rows = done + run_jobs(remaining(jobs, done), args.workers, shown, partial)
         # a resumed benchmark's time is the sum of its runs' (the header says so)
         wall_s = None if done else time.perf_counter() - start
         for row in rows:

@@ -143,3 +143,18 @@ def test_missing_clusters_compare_every_seed_with_its_own_server_answer():
     # (a) and (b) do not apply where the server's data lacks a cluster
     assert not [line for line in lines if ": (a)" in line or ": (b)" in line]
     assert "Acceptance lines (a), (b): n/a: the server's data has 7 of 8 clusters." in lines
+
+
+def test_a_resumed_benchmark_skips_exactly_the_rows_it_has(tmp_path):
+    from defaults import append_row
+
+    jobs = [("uneven", [], level, eps, setting, seed, f"{tmp_path}/{i}")
+            for i, (level, eps, setting, seed) in enumerate(
+                [("datapoint", 1.0, "server", 0), ("client", 0.5, "protocol", 0),
+                 ("client", 0.5, "defaults", 0), ("client", 0.5, "protocol", 1)])]
+    partial = tmp_path / "partial.csv"
+    for job in jobs[1:3]:  # two rows written, read back from text
+        append_row(partial, {"set": job[0], "level": job[2], "epsilon": job[3],
+                             "setting": job[4], "seed": job[5], "cost_ratio": 1.0})
+    done = federations.read_rows(partial)
+    assert federations.remaining(jobs, done) == [jobs[0], jobs[3]]
