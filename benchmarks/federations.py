@@ -117,8 +117,9 @@ def section(name: str, rows: list[dict], checks: list[tuple]) -> list[str]:
     first = rows[0]
     lines = [
         f"### {name}: {FEDERATIONS[name].about}", "",
-        f"{first['num_clients']} clients, {int(statistics.median(r['num_points'] for r in rows))}"
-        f" points (median over seeds), k = {first['k']}, d = {first['dim']}, client size "
+        f"{len(server)} seeds; {first['num_clients']} clients, "
+        f"{int(statistics.median(r['num_points'] for r in rows))} points (median over "
+        f"seeds), k = {first['k']}, d = {first['dim']}, client size "
         f"max / median {statistics.median(r['max_over_median_size'] for r in server):.0f}, "
         f"server {int(statistics.median(r['server_points'] for r in server))} points holding "
         f"{min(r['server_clusters'] for r in server)} of {first['k']} clusters (fewest over "
@@ -147,6 +148,8 @@ def section(name: str, rows: list[dict], checks: list[tuple]) -> list[str]:
                 + " | ".join(f"{_med(prot, m)} / {_med(final, m)}" for m in ("ari", "nmi", "fmi"))
                 + " |")
             where = f"{name} {level} eps={eps:g}"
+            if not (prot and final and server):
+                continue
             if FEDERATIONS[name].missing is not None:
                 by_seed = {r["seed"]: r["cost_ratio"] for r in server}
                 worst = max(r["cost_ratio"] / by_seed[r["seed"]] for r in final)
@@ -249,7 +252,7 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
             "privacy.check-share=0; `final`: the defaults; `final / server`: final median "
             "over the server-alone median. `centers_from protocol`: final runs whose check "
             "returned the protocol's centers. `T`, `n_max chosen`: what tuning chose in the "
-            f"protocol runs. {timing}.\n\n")
+            f"protocol runs. {timing}.{' ' + args.note if args.note else ''}\n\n")
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -289,6 +292,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--from-csv", action="store_true")
     parser.add_argument("--resume", action="store_true",
                         help="skip the runs already in <name>.partial.csv")
+    parser.add_argument("--note", default="", help="a sentence added to the md's header")
     parser.add_argument("--preliminary", action="store_true",
                         help="label the md preliminary (implied by --quick)")
     parser.add_argument("--commit", default="",
@@ -327,7 +331,8 @@ def main(argv: list[str]) -> None:
         wall_s = None if done else time.perf_counter() - start
         for row in rows:
             row["federation"] = row.pop("set")
-            row.update(known[(row["federation"], row["seed"])])
+            key = (row["federation"], row["seed"])
+            row.update(known[key] if key in known else facts(*key))
             row["centers_from"] = str(row["centers_from"]).split(" ")[0]
         rows.sort(key=lambda r: (list(FEDERATIONS).index(r["federation"]), r["setting"], r["level"],
                                  r["epsilon"], r["seed"]))
