@@ -230,7 +230,9 @@ def measured_commit() -> str:
 
 
 def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> str:
-    command = "python benchmarks/federations.py " + " ".join(args.argv)
+    shown = [a for i, a in enumerate(args.argv)  # the note is printed after, not here
+             if a != "--note" and (i == 0 or args.argv[i - 1] != "--note")]
+    command = "python benchmarks/federations.py " + " ".join(shown)
     runs = len(rows)
     per_run = sum(r["wall_s"] for r in rows) / max(runs, 1)
     timing = (f"Wall time of this benchmark: {wall_s / 60:.1f} min for {runs} runs "
@@ -245,7 +247,8 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
     title = ("**PRELIMINARY** (on the code before the fixes of the data-point server clip "
              "and of the n_max estimate; the full benchmark is rerun after them). "
              if args.preliminary else "")
-    return (f"{title}Measured by `{command}` on commit {args.commit} (in-process, secret "
+    how = "Redrawn from the csv by" if args.from_csv else "Measured by"
+    return (f"{title}{how} `{command}` on commit {args.commit} (in-process, secret "
             "noise, delta = 1e-6; only the data file and k given, tuning=auto). Cells: "
             "cost / optimal on the pooled client data; median and max over the seeds "
             "(seed s = the federation's seed and the run's). `protocol`: "
