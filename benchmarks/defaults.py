@@ -48,29 +48,77 @@ MIXTURE = (("mixture", "datapoint", 1.0, 1.002), ("mixture", "datapoint", 0.25, 
            ("mixture-client", "client", 3.0, 1.01), ("mixture-client", "client", 1.0, 1.10))
 
 
+#: setting -> what it adds to the set's overrides: the defaults; k-means on the server's
+#: data alone (the final private choice's alternative, no private round); the protocol's
+#: own answer (no final private choice, its share back to the protocol).
+SETTINGS = {
+    "defaults": [],
+    "server": ["algorithm=server-lloyds", "tuning=none", "privacy.lloyds-steps=0"],
+    "protocol": ["privacy.check-share=0"],
+}
+
+
 def one_job(job: tuple) -> dict:
+    """Run ``(name, overrides, level, eps, setting, seed, out_dir)`` in-process: one row."""
     from fedkmeans.experiment import run
 
     name, overrides, level, eps, setting, seed, out_dir = job
     args = [*overrides, f"privacy.level={level}", f"privacy.epsilon={eps}", f"seed={seed}",
-            f"output-dir={out_dir}"]
-    if setting == "server":
-        args += ["algorithm=server-lloyds", "tuning=none", "privacy.lloyds-steps=0"]
+            f"output-dir={out_dir}", *SETTINGS[setting]]
     start = time.perf_counter()
     result = run(args)
+    return row_of(job, result, time.perf_counter() - start)
+
+
+def row_of(job: tuple, result: dict, wall_s: float) -> dict:
+    """The row of ``job`` from its ``result.json`` (``wall_s``: the run's wall time)."""
+    name, _, level, eps, setting, seed, _ = job
     timings = result["timings"]
     protocol_s = sum(v for k, v in timings.items()
                      if k.startswith(("init-", "lloyds-", "check")))
+    chosen = (result.get("tuning") or {}).get("chosen", {})
     return {
         "set": name, "level": level, "epsilon": eps, "setting": setting, "seed": seed,
         "cost_ratio": result["metrics"]["cost_ratio"],
+        **{key: result["metrics"].get(key) for key in ("accuracy", "ari", "nmi", "fmi")},
         "spent_epsilon": result["privacy"]["epsilon"],
         "centers_from": result.get("centers_from", ""),
+        "chosen_algorithm": chosen.get("algorithm", ""),
+        "chosen_lloyds_steps": chosen.get("lloyds_steps", ""),
+        "chosen_max_points": chosen.get("max_points_per_client", ""),
         "num_clients": result["federation"]["num_clients"],
         "num_points": result["metrics"]["num_points"],
         "tuning_s": timings.get("tuning", 0.0), "protocol_s": protocol_s,
-        "run_s": timings["total"], "wall_s": time.perf_counter() - start,
+        "run_s": timings["total"], "wall_s": wall_s,
     }
+
+
+def run_jobs(jobs: list[tuple], workers: int, shown: tuple[str, ...],
+             partial: Path | None = None) -> list[dict]:
+    """:func:`one_job` over ``jobs`` in ``workers`` spawned processes, one line per row.
+
+    ``partial``: a csv each row is appended to as it arrives (a stopped benchmark keeps
+    the rows it had).
+    """
+    rows, start = [], time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        for row in pool.imap_unordered(one_job, jobs):
+            rows.append(row)
+            if partial is not None:
+                append_row(partial, row)
+            print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - start:.0f} s] "
+                  + " ".join(f"{k}={row[k]}" for k in shown), flush=True)
+    return rows
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append ``row`` to the csv at ``path`` (its header first if the file is new)."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
 
 
 def jobs_for(args: argparse.Namespace, tmp: str) -> list[tuple]:
@@ -95,7 +143,8 @@ def jobs_for(args: argparse.Namespace, tmp: str) -> list[tuple]:
     return jobs
 
 
-def _median(rows: list[dict]) -> float:
+def median_ratio(rows: list[dict]) -> float:
+    """Median ``cost_ratio`` of ``rows`` (NaN for none)."""
     return statistics.median(r["cost_ratio"] for r in rows) if rows else math.nan
 
 
@@ -105,7 +154,7 @@ def summarise(rows: list[dict]) -> list[str]:
     totals = [0, 0]  # private runs worse than their seed's server-only answer, runs
     for name in dict.fromkeys(r["set"] for r in rows if not r["set"].startswith("mixture")):
         sel = [r for r in rows if r["set"] == name]
-        server = _median([r for r in sel if r["setting"] == "server"])
+        server = median_ratio([r for r in sel if r["setting"] == "server"])
         private = [r for r in sel if r["setting"] == "defaults"]
         clients, points = private[0]["num_clients"], private[0]["num_points"]
         lines += [f"### {name} ({clients} clients, {points} points)", "",
@@ -116,7 +165,7 @@ def summarise(rows: list[dict]) -> list[str]:
             medians = []
             for eps in sorted({r["epsilon"] for r in private if r["level"] == level}):
                 cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
-                med = _median(cell)
+                med = median_ratio(cell)
                 medians.append((eps, med))
                 kept = sum(r["centers_from"] == FEDDP_KMEANS.name for r in cell)
                 lines.append(
@@ -153,7 +202,7 @@ def summarise(rows: list[dict]) -> list[str]:
             continue
         worst = max(r["cost_ratio"] for r in cell)
         what = "every seed" if level == "client" else "median"
-        value = worst if level == "client" else _median(cell)
+        value = worst if level == "client" else median_ratio(cell)
         checks.append((f"{set_name} {level} eps={eps:g}: {what} <= {bar}", value <= bar,
                        f"{value:.4f} ({len(cell)} seeds: "
                        + ", ".join(f"{r['cost_ratio']:.4f}" for r in cell) + ")"))
@@ -185,15 +234,8 @@ def main() -> None:
         rows = read_rows(path)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            jobs = jobs_for(args, tmp)
-            rows, start = [], time.perf_counter()
-            with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-                for row in pool.imap_unordered(one_job, jobs):
-                    rows.append(row)
-                    print(f"[{len(rows)}/{len(jobs)} {time.perf_counter() - start:.0f} s] "
-                          + " ".join(f"{k}={row[k]}" for k in (
-                              "set", "level", "epsilon", "setting", "seed", "cost_ratio",
-                              "centers_from")), flush=True)
+            rows = run_jobs(jobs_for(args, tmp), args.workers, (
+                "set", "level", "epsilon", "setting", "seed", "cost_ratio", "centers_from"))
         rows.sort(key=lambda r: (r["set"], r["setting"], r["level"], r["epsilon"], r["seed"]))
         write_csv(path, rows)
     lines = summarise(rows)

@@ -32,14 +32,15 @@ NOTE = (
 
 
 def federated_metrics(pool: ClientPool, centers: np.ndarray) -> dict:
-    """Cost per point and, where labels exist, accuracy, ARI and NMI.
+    """Cost per point and, where labels exist, accuracy, ARI, NMI and FMI.
 
     Returns
     -------
     dict
         ``cost`` (mean squared distance to the nearest center), ``num_points``,
         ``clipped_points`` (points the nodes clipped to the data radius) and
-        ``accuracy`` (Hungarian-matched), ``ari``, ``nmi`` or None without labels.
+        ``accuracy`` (Hungarian-matched), ``ari``, ``nmi``, ``fmi`` (Fowlkes–Mallows)
+        or None without labels.
     """
     replies = pool.query_nodes("evaluate", {"centers": centers})
     cost_sum = sum(float(r["cost_sum"][0]) for r in replies)
@@ -57,9 +58,10 @@ def federated_metrics(pool: ClientPool, centers: np.ndarray) -> dict:
             accuracy=metrics.hungarian_accuracy(table),
             ari=metrics.adjusted_rand_index(table),
             nmi=metrics.normalized_mutual_info(table),
+            fmi=metrics.fowlkes_mallows_index(table),
         )
     else:
-        out.update(accuracy=None, ari=None, nmi=None)
+        out.update(accuracy=None, ari=None, nmi=None, fmi=None)
     return out
 
 

@@ -5,7 +5,8 @@
 not for release under the privacy guarantee.
 
 The label-based scores (:func:`hungarian_accuracy`,
-:func:`adjusted_rand_index`, :func:`normalized_mutual_info`) take a
+:func:`adjusted_rand_index`, :func:`normalized_mutual_info`,
+:func:`fowlkes_mallows_index`) take a
 contingency table, so a federated evaluation can have each client compute
 :func:`contingency` locally and sum the tables before scoring.
 
@@ -27,6 +28,7 @@ __all__ = [
     "adjusted_rand_index",
     "assign",
     "contingency",
+    "fowlkes_mallows_index",
     "hungarian_accuracy",
     "kmeans_cost",
     "normalized_mutual_info",
@@ -261,6 +263,36 @@ def adjusted_rand_index(table: np.ndarray) -> float:
     if maximum == expected:
         return 1.0
     return float((together_both - expected) / (maximum - expected))
+
+
+def fowlkes_mallows_index(table: np.ndarray) -> float:
+    """Fowlkes–Mallows index from a contingency table.
+
+    With ``TP = sum C(n_rc, 2)`` (pairs in one label and one cluster), ``P = sum_r
+    C(a_r, 2)`` (pairs sharing a label) and ``Q = sum_c C(b_c, 2)`` (pairs sharing a
+    cluster), the index is ``TP / sqrt(P Q)``: the geometric mean of the pair
+    precision and recall, the value of ``sklearn.metrics.fowlkes_mallows_score`` on the
+    underlying labelings (which takes the labelings, not the summed table), with its
+    convention: ``0.0`` when no pair is together in both (``TP = 0``). Exact integer
+    pair counts.
+
+    Parameters
+    ----------
+    table : array_like of int, shape (n_labels, n_clusters)
+        Contingency table (e.g. summed over clients).
+
+    Returns
+    -------
+    float
+        ``TP / sqrt(P Q)`` in ``[0, 1]``.
+    """
+    arr = _as_table(table).astype(np.int64)
+    together_both = _pairs(arr)
+    if together_both == 0:
+        return 0.0
+    together_rows = _pairs(arr.sum(axis=1))
+    together_cols = _pairs(arr.sum(axis=0))
+    return float(together_both / np.sqrt(float(together_rows) * float(together_cols)))
 
 
 def normalized_mutual_info(table: np.ndarray) -> float:

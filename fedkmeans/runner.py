@@ -172,7 +172,7 @@ def _run_claimed(
             "guarantee": guarantee(config, spent, secret_noise=randomness.is_secure),
         },
         "metrics": {
-            **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi")},
+            **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi", "fmi")},
             "optimal_cost": best,
             "cost_ratio": evaluation["cost"] / best if best else None,
             "num_points": evaluation["num_points"],

@@ -68,7 +68,7 @@ ERROR_FILE = "error.txt"
 RESULT_COLUMNS = (
     "k_chosen", "epsilon_spent", "centers_returned", "check_margin_sigmas", "cost",
     "optimal_cost", "cost_ratio", "accuracy", "ari",
-    "nmi", "num_points", "num_clients", "num_nodes", "rejected_replies",
+    "nmi", "fmi", "num_points", "num_clients", "num_nodes", "rejected_replies",
     "time_total", "time_calibration", "time_register", "time_init", "time_lloyds",
     "time_evaluate", "time_optimal_cost", "wall_s", "result_path",
 )
@@ -154,7 +154,8 @@ def result_row(
         "centers_returned": centers_returned(result),
         "check_margin_sigmas": (result.get("check") or {}).get("margin_sigmas"),
         **{key: metrics.get(key) for key in (
-            "cost", "optimal_cost", "cost_ratio", "accuracy", "ari", "nmi", "num_points")},
+            "cost", "optimal_cost", "cost_ratio", "accuracy", "ari", "nmi", "fmi",
+            "num_points")},
         "num_clients": federation.get("num_clients"),
         "num_nodes": federation.get("num_nodes"),
         "rejected_replies": len(federation.get("rejected_replies", []) or []),

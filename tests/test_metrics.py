@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+from sklearn.metrics import (
+    adjusted_rand_score,
+    fowlkes_mallows_score,
+    normalized_mutual_info_score,
+)
 
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.metrics import (
     adjusted_rand_index,
     assign,
     contingency,
+    fowlkes_mallows_index,
     hungarian_accuracy,
     kmeans_cost,
     normalized_mutual_info,
@@ -158,6 +163,9 @@ def test_ari_nmi_match_sklearn(trial: int) -> None:
     assert normalized_mutual_info(table) == pytest.approx(
         normalized_mutual_info_score(labels, clusters), abs=1e-12
     )
+    assert fowlkes_mallows_index(table) == pytest.approx(
+        fowlkes_mallows_score(labels, clusters), abs=1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,6 +189,20 @@ def test_ari_nmi_degenerate_cases(labels: list[int], clusters: list[int]) -> Non
     assert normalized_mutual_info(table) == pytest.approx(
         normalized_mutual_info_score(lab, clu), abs=1e-12
     )
+    assert fowlkes_mallows_index(table) == pytest.approx(
+        fowlkes_mallows_score(lab, clu), abs=1e-12
+    )
+
+
+def test_fowlkes_mallows_hand_table() -> None:
+    # labels (rows) a = (3, 3), clusters (columns) b = (2, 4); pairs together in both:
+    # C(2,2) + C(1,2) + C(0,2) + C(3,2) = 1 + 0 + 0 + 3 = 4; sharing a label: 3 + 3 = 6;
+    # sharing a cluster: C(2,2) + C(4,2) = 1 + 6 = 7; FMI = 4 / sqrt(6 * 7)
+    table = np.array([[2, 1], [0, 3]])
+    assert fowlkes_mallows_index(table) == pytest.approx(0.6172133998483676, abs=1e-15)
+    # no pair together in both: 0, as scikit-learn
+    assert fowlkes_mallows_index(np.array([[1, 1], [1, 1]])) == 0.0
+    assert fowlkes_mallows_index(np.array([[1, 0], [0, 1]])) == 0.0
 
 
 def test_scores_ignore_empty_rows_and_columns() -> None:
@@ -228,6 +250,9 @@ def test_summed_client_tables_equal_pooled_scores() -> None:
     )
     assert normalized_mutual_info(total) == pytest.approx(
         normalized_mutual_info_score(labels, clusters), abs=1e-12
+    )
+    assert fowlkes_mallows_index(total) == pytest.approx(
+        fowlkes_mallows_score(labels, clusters), abs=1e-12
     )
     assert hungarian_accuracy(total) == pytest.approx(np.mean(labels == clusters))
 
