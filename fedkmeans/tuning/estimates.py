@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm as standard_normal
+from scipy.special import ndtri  # -ndtri(q) is scipy.stats.norm.isf(q), bit for bit
 
 from fedkmeans.stages.estimate import (
     COUNT_SLOT,
@@ -50,7 +50,7 @@ _PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
 
 def noise_floor(sigma: float, bins: int) -> float:
     """``sigma * z_B``: a part of ``bins`` empty bins stays below it w.p. 1 - FLOOR_TAIL."""
-    return sigma * float(standard_normal.isf(FLOOR_TAIL / bins))
+    return sigma * float(-ndtri(FLOOR_TAIL / bins))
 
 
 def cleaned(noisy: np.ndarray, sigma: float) -> np.ndarray:
