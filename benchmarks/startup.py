@@ -9,6 +9,8 @@ current directory outside it, so that tree's ``fedkmeans`` is the one imported:
 - ``python -c pass`` (the interpreter and its ``site``, for reference),
 - ``python -c "import fedkmeans"``,
 - ``python -c "import fedkmeans.experiment"``,
+- ``python -c "import fedkmeans.client_app"`` (what every Flower actor or SuperNode
+  imports before it answers),
 - ``python -m fedkmeans.experiment optimal-cost=skip output-dir=<fresh dir>`` (the
   default in-process run, without the non-private reference cost).
 
@@ -45,6 +47,7 @@ COMMANDS = {
     "python -c pass": ["-c", "pass"],
     "import fedkmeans": ["-c", "import fedkmeans"],
     "import fedkmeans.experiment": ["-c", "import fedkmeans.experiment"],
+    "import fedkmeans.client_app": ["-c", "import fedkmeans.client_app"],
     "default run (optimal-cost=skip)": ["-m", "fedkmeans.experiment", "optimal-cost=skip"],
 }
 RUNS_AS_RUN = {"default run (optimal-cost=skip)"}
