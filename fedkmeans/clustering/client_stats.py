@@ -8,7 +8,6 @@ protocol asks for. Inputs are never modified.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from fedkmeans.clustering.distances import center_scores
 
@@ -162,5 +161,7 @@ def local_kmeans_centers(points: np.ndarray, k: int, seed: int) -> np.ndarray:
     """
     if points.shape[0] <= k:
         return points[np.arange(k) % points.shape[0]].copy()
+    from sklearn.cluster import KMeans  # not at import: ~2 s with the pandas it loads
+
     model = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(points)
     return model.cluster_centers_.astype(np.float64)

@@ -21,7 +21,6 @@ points, which sit near the centroid in the projected space and act as an 11th gr
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from fedkmeans.clustering.server_steps import usable_weights
 
@@ -68,6 +67,8 @@ def weighted_kmeans_costs(
     k_max = min(k_max, pts.shape[0])
     total = float(w.sum())
     costs = np.empty(k_max)
+    from sklearn.cluster import KMeans  # not at import: ~2 s with the pandas it loads
+
     for k in range(1, k_max + 1):
         model = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
         model.fit(pts, sample_weight=w)

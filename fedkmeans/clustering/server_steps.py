@@ -10,7 +10,6 @@ import logging
 import math
 
 import numpy as np
-from sklearn.cluster import KMeans, kmeans_plusplus
 
 from fedkmeans.clustering.distances import squared_distances
 
@@ -154,6 +153,8 @@ def kmeans(
     -------
     ndarray of shape (k, d)
     """
+    from sklearn.cluster import KMeans  # not at import: ~2 s with the pandas it loads
+
     model = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
     model.fit(points, sample_weight=sample_weight)
     return model.cluster_centers_.astype(np.float64)
@@ -266,6 +267,8 @@ def kmeans_plus_plus(points: np.ndarray, k: int, *, seed: int) -> np.ndarray:
     -------
     ndarray of shape (k, d)
     """
+    from sklearn.cluster import kmeans_plusplus
+
     centers, _ = kmeans_plusplus(points, n_clusters=k, random_state=seed)
     return centers.astype(np.float64)
 

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import PLDAccountant
 
 from fedkmeans.arguments import validate_delta
 from fedkmeans.privacy.analytic_gaussian import gaussian_epsilon
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["Release", "PrivacyAccountant", "gaussian_epsilon"]  # gaussian_epsilon: re-export
 
@@ -100,6 +101,8 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
     ``z_eff = (sum_i z_i^-2)^(-1/2)``, and the single Poisson sampling of the unit
     amplifies this one mechanism.
     """
+    import dp_accounting  # here, not at import: it loads scipy.signal and scipy.stats
+
     label = releases[0].group or releases[0].stage
     rates = {r.sampling_rate for r in releases}
     if len(rates) > 1:
@@ -162,6 +165,8 @@ class PrivacyAccountant:
 
     def dp_event(self) -> dp_accounting.DpEvent:
         """``ComposedDpEvent`` of one event per group, in order of first appearance."""
+        import dp_accounting
+
         return dp_accounting.ComposedDpEvent([_group_event(g) for g in self._groups()])
 
     def get_epsilon(self, delta: float, *, discretization: float = 1e-4) -> float:
@@ -198,6 +203,8 @@ class PrivacyAccountant:
                     break
             else:
                 counted.append([event, 1])
+        from dp_accounting.pld import PLDAccountant
+
         pld = PLDAccountant(value_discretization_interval=discretization)
         for event, count in counted:
             pld.compose(event, count)

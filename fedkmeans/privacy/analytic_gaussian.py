@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
-
 from fedkmeans.arguments import validate_delta
 
 __all__ = ["analytic_gaussian_sigma", "gaussian_epsilon", "gaussian_log_delta"]
@@ -24,6 +21,8 @@ def gaussian_log_delta(epsilon: float, z: float) -> float:
     eps z)``, computed as ``a + log(1 - exp(b - a))`` with ``a, b`` the logs of the two
     terms (``scipy.special.log_ndtr``) to avoid cancellation and underflow.
     """
+    from scipy.special import log_ndtr  # here: scipy.optimize/special cost ~0.4 s to import
+
     a = float(log_ndtr(0.5 / z - epsilon * z))
     b = float(epsilon + log_ndtr(-0.5 / z - epsilon * z))
     if b >= a:  # both terms equal to rounding: delta is far below any useful target
@@ -60,6 +59,8 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     hi = 1.0
     while f(hi) > 0.0:
         hi *= 2.0
+    from scipy.optimize import brentq
+
     return float(brentq(f, 0.0, hi, xtol=1e-13, rtol=1e-13))
 
 
@@ -102,4 +103,6 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         hi += 1.0
     if lo == hi:
         return math.exp(lo) * sensitivity
+    from scipy.optimize import brentq
+
     return math.exp(brentq(f, lo, hi, xtol=1e-13, rtol=1e-13)) * sensitivity

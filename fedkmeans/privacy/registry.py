@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import dp_accounting
-from dp_accounting.pld import privacy_loss_distribution as pld
+from typing import TYPE_CHECKING
 
 from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["GAUSSIAN", "LAPLACE", "MECHANISMS", "MechanismSpec", "mechanism"]
 
@@ -80,21 +81,47 @@ class MechanismSpec:
         return self.noise(sensitivity, noise_scale)
 
 
+# dp_accounting is imported when an event or a PLD is built, not with this module: its
+# package imports scipy.signal and scipy.stats (about 1 s of start-up on 2 cores).
+def _gaussian_event(noise_multiplier: float) -> dp_accounting.DpEvent:
+    from dp_accounting import GaussianDpEvent
+
+    return GaussianDpEvent(noise_multiplier)
+
+
+def _laplace_event(noise_multiplier: float) -> dp_accounting.DpEvent:
+    from dp_accounting import LaplaceDpEvent
+
+    return LaplaceDpEvent(noise_multiplier)
+
+
+def _gaussian_pld(z: float, q: float, interval: float):
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_gaussian_mechanism(
+        z, sensitivity=1.0, sampling_prob=q, value_discretization_interval=interval)
+
+
+def _laplace_pld(b: float, q: float, interval: float):
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_laplace_mechanism(
+        b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=interval)
+
+
 GAUSSIAN = MechanismSpec(
     "gaussian", GaussianMechanism, order=2, std_per_scale=1.0,
     joint_in_cohort=True, additive_shares=True,
-    event=dp_accounting.GaussianDpEvent,
-    pld=lambda z, q, interval: pld.from_gaussian_mechanism(
-        z, sensitivity=1.0, sampling_prob=q, value_discretization_interval=interval),
+    event=_gaussian_event,
+    pld=_gaussian_pld,
     standalone_scale=lambda eps, delta, sensitivity: analytic_gaussian_sigma(
         eps, delta, sensitivity),
 )
 LAPLACE = MechanismSpec(
     "laplace", LaplaceMechanism, order=1, std_per_scale=math.sqrt(2.0),
     joint_in_cohort=False, additive_shares=False,
-    event=dp_accounting.LaplaceDpEvent,
-    pld=lambda b, q, interval: pld.from_laplace_mechanism(
-        b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=interval),
+    event=_laplace_event,
+    pld=_laplace_pld,
     standalone_scale=lambda eps, delta, sensitivity: sensitivity / eps,
 )
 

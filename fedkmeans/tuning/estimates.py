@@ -56,8 +56,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm as standard_normal
-from sklearn.isotonic import isotonic_regression
+from scipy.special import ndtri  # -ndtri(q) is scipy.stats.norm.isf(q), bit for bit
 
 from fedkmeans.stages.estimate import (
     COUNT_SLOT,
@@ -88,7 +87,7 @@ _PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
 
 def noise_floor(sigma: float, bins: int) -> float:
     """``sigma * z_B``: a part of ``bins`` empty bins stays below it w.p. 1 - FLOOR_TAIL."""
-    return sigma * float(standard_normal.isf(FLOOR_TAIL / bins))
+    return sigma * float(-ndtri(FLOOR_TAIL / bins))
 
 
 def cleaned(noisy: np.ndarray, sigma: float) -> np.ndarray:
@@ -296,7 +295,7 @@ class PrivateEstimates:
         seen = np.flatnonzero((ranks > floor) & (widths > 0))
         reach = 0 if seen.size == 0 else int(first[min(int(seen[-1]) + 2, widths.size)]) - 1
         # f: the lowest bin b >= 1 with min(w_{b-1}, w_b, ...) >= floor + z sigma (and >= 1)
-        need = max(floor + float(standard_normal.isf(MISS_PROBABILITY)) * self.sigma, 1.0)
+        need = max(floor + float(-ndtri(MISS_PROBABILITY)) * self.sigma, 1.0)
         from_here = np.minimum.accumulate(widths[::-1])[::-1]  # min of w_b, w_{b+1}, ...
         enough = np.flatnonzero(from_here >= need)
         f = widths.size if enough.size == 0 else int(enough[0]) + 1
@@ -362,6 +361,8 @@ def _survival(ranks: np.ndarray, sigma: float) -> np.ndarray:
     pooled with them, and a flat run of bins reads at the precision of its widest.
     Bins holding no integer take the next bin's value.
     """
+    from sklearn.isotonic import isotonic_regression  # deferred: sklearn loads pandas
+
     widths = rank_widths()
     holds = widths > 0
     average = cleaned(ranks, sigma)[holds] / widths[holds]

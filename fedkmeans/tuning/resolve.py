@@ -124,7 +124,11 @@ def resolve_auto(
     """
     # The simulated problems are small (<= 10,000 points, Q's k-means): on 2 cores one
     # BLAS/OpenMP thread runs the paper mixture's client-level tuning in 0.35-0.40 s,
-    # two threads in 0.85-1.2 s (thread start-up and contention dominate).
+    # two threads in 0.85-1.2 s (thread start-up and contention dominate). The limit
+    # covers only the runtimes loaded when it starts, and scikit-learn (its OpenMP) is
+    # imported where k-means runs: load it first.
+    import sklearn.cluster  # noqa: F401
+
     with threadpool_limits(limits=1):
         return _resolve_auto(config, server_x, estimates)
 
