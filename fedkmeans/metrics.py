@@ -236,6 +236,11 @@ def _pairs(counts: np.ndarray) -> int:
     return sum(int(c) * (int(c) - 1) // 2 for c in np.ravel(counts))
 
 
+def _pair_counts(table: np.ndarray) -> tuple[int, int, int]:
+    """Pairs of points together in a label and a cluster, in a label, in a cluster."""
+    return _pairs(table), _pairs(table.sum(axis=1)), _pairs(table.sum(axis=0))
+
+
 def adjusted_rand_index(table: np.ndarray) -> float:
     """Adjusted Rand index (Hubert & Arabie) from a contingency table.
 
@@ -255,9 +260,7 @@ def adjusted_rand_index(table: np.ndarray) -> float:
     n = int(arr.sum())
     if n < 2:
         return 1.0
-    together_both = _pairs(arr)
-    together_rows = _pairs(arr.sum(axis=1))
-    together_cols = _pairs(arr.sum(axis=0))
+    together_both, together_rows, together_cols = _pair_counts(arr)
     total_pairs = n * (n - 1) // 2
     expected = together_rows * together_cols / total_pairs
     maximum = (together_rows + together_cols) / 2.0
@@ -287,12 +290,10 @@ def fowlkes_mallows_index(table: np.ndarray) -> float:
     float
         ``TP / sqrt(P Q)`` in ``[0, 1]``.
     """
-    arr = _as_table(table).astype(np.int64)
-    together_both = _pairs(arr)
+    together_both, together_rows, together_cols = _pair_counts(
+        _as_table(table).astype(np.int64))
     if together_both == 0:
         return 0.0
-    together_rows = _pairs(arr.sum(axis=1))
-    together_cols = _pairs(arr.sum(axis=0))
     return float(together_both / np.sqrt(float(together_rows) * float(together_cols)))
 
 
