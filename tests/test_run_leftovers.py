@@ -193,8 +193,10 @@ def test_the_stop_command_ends_what_the_readme_s_flwr_run_leaves(tmp_path):
                 for pid in processes_with_env("FLWR_HOME", str(home))}
         names = sorted(Path(c.split()[1]).name if "python" in c.split()[0] else c
                        for c in left.values())
-        # the simulation process ends but is never reaped: a zombie of the SuperExec
-        assert names == ["flower-superexec", "flower-superlink", "flwr-simulation"], left
+        # the SuperLink and its SuperExec run on; the simulation process ends and, when
+        # the SuperExec has not reaped it yet, stays as its zombie
+        assert {"flower-superexec", "flower-superlink"} <= set(names) <= {
+            "flower-superexec", "flower-superlink", "flwr-simulation"}, left
         stop = subprocess.run(["bash", "-c", stop_command(port)], capture_output=True,
                               text=True)
         assert stop.returncode == 0, stop.stderr
