@@ -58,6 +58,12 @@ SETTINGS = {
 }
 
 
+def returned_protocol(row: dict) -> bool:
+    """Whether a run returned FedDP-KMeans' own centers: ``centers_from`` names the
+    algorithm whose centers came back, then says why."""
+    return str(row["centers_from"]).split(" ")[0] == FEDDP_KMEANS.name
+
+
 def one_job(job: tuple) -> dict:
     """Run ``(name, overrides, level, eps, setting, seed, out_dir)`` in-process: one row."""
     from fedkmeans.experiment import run
@@ -167,7 +173,7 @@ def summarise(rows: list[dict]) -> list[str]:
                 cell = [r for r in private if (r["level"], r["epsilon"]) == (level, eps)]
                 med = median_ratio(cell)
                 medians.append((eps, med))
-                kept = sum(r["centers_from"] == FEDDP_KMEANS.name for r in cell)
+                kept = sum(map(returned_protocol, cell))
                 lines.append(
                     f"| {level} | {eps:g} | {med:.4f} | {med / server:.4f} | {kept}/{len(cell)} "
                     f"| {statistics.median(r['tuning_s'] for r in cell):.2f} "

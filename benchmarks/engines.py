@@ -1,6 +1,13 @@
 """Wall time of both paper federations end to end, with each engine.
 
-    python benchmarks/engines.py
+    python benchmarks/engines.py                # both tables
+    python benchmarks/engines.py --readme-only  # only the README's commands
+
+The README's commands (``engines-readme.{md,csv}``) are timed as a user times them: the
+whole process of ``python -m fedkmeans.experiment`` with every setting at its default,
+once with an empty optimal-cost cache (a fresh clone: the optimum is computed), once
+with it filled, and with ``federation.engine=flower`` (``flwr run --stream`` with
+SuperLink and Ray start-up); the median of ``--repeats`` runs each.
 
 Writes docs/results/engines.md (and .csv). The reference implementation took 26 s
 (data-point, eps=3.13) and 63 s (client level, eps=2.556) on the same 2 cores
@@ -11,6 +18,11 @@ beforehand so it is not counted (it is evaluation, not the algorithm).
 
 from __future__ import annotations
 
+import argparse
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +52,52 @@ ENGINES = [
 REFERENCE_S = {"data-point 100 x 1000, eps=3.13": 26.0, "client 2000 x 50, eps=2.556": 63.0}
 
 
+README_COMMANDS = {
+    "python -m fedkmeans.experiment (fresh clone: empty optimal-cost cache)": ([], True),
+    "python -m fedkmeans.experiment (optimal cost cached)": ([], False),
+    "python -m fedkmeans.experiment federation.engine=flower (flwr run, cached)":
+        (["federation.engine=flower"], False),
+}
+
+
+def readme_commands(repeats: int) -> None:
+    """Whole-process wall time of the README's default commands (module docstring)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (overrides, fresh) in README_COMMANDS.items():
+            times = []
+            for i in range(repeats):
+                cache = Path(tmp) / (f"cache-{name[:20]}-{i}" if fresh else "cache")
+                env = {**os.environ, "FEDKMEANS_CACHE_DIR": str(cache)}
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "fedkmeans.experiment", *overrides,
+                                f"output-dir={tmp}/{len(rows)}-{i}"],
+                               env=env, check=True, capture_output=True)
+                times.append(time.perf_counter() - start)
+            rows.append({"command": name, "runs": repeats,
+                         "median_s": round(statistics.median(times), 2),
+                         "min_s": round(min(times), 2), "max_s": round(max(times), 2),
+                         "load_1min": round(os.getloadavg()[0], 2)})
+            print(rows[-1], flush=True)
+    write_csv(OUT / "engines-readme.csv", rows)
+    (OUT / "engines-readme.md").write_text(
+        "Measured by `python benchmarks/engines.py --readme-only`: the whole process of "
+        "each command, every setting at its default (the paper's mixture, 100 clients x "
+        "1000 points, data-point level, epsilon 1), secret noise, on 2 cores; median of "
+        f"{repeats} runs, the 1-minute load average after them.\n\n"
+        "| command | runs | median s | min s | max s | load |\n|---|---|---|---|---|---|\n"
+        + "".join(f"| `{r['command']}` | {r['runs']} | {r['median_s']} | {r['min_s']} | "
+                  f"{r['max_s']} | {r['load_1min']} |\n" for r in rows))
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme-only", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    readme_commands(args.repeats)
+    if args.readme_only:
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, overrides in FEDERATIONS.items():

@@ -38,11 +38,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from defaults import median_ratio, run_jobs
+from defaults import median_ratio, returned_protocol, run_jobs
 from federation_data import FEDERATIONS, VERSION, generate, write_federation
 from results_table import write_csv
-
-from fedkmeans.algorithms.feddp_kmeans import FEDDP_KMEANS
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 EPSILONS = (0.5, 1.0, 3.0)
@@ -138,7 +136,7 @@ def section(name: str, rows: list[dict], checks: list[tuple]) -> list[str]:
             prot = [r for r in cell if r["setting"] == "protocol"]
             final = [r for r in cell if r["setting"] == "defaults"]
             p_med, f_med = median_ratio(prot), median_ratio(final)
-            kept = sum(r["centers_from"] == FEDDP_KMEANS.name for r in final)
+            kept = sum(map(returned_protocol, final))
             steps = sorted({str(r["chosen_lloyds_steps"]) for r in prot})
             n_max = sorted({str(r["chosen_max_points"]) for r in prot})
             lines.append(
