@@ -29,8 +29,20 @@ RESULT_FILE = "result.json"
 RELEASE_FILE = "release.json"
 DIAGNOSTICS_FILE = "diagnostics.json"
 
-#: Keys of ``result.json`` that are NOT covered by the guarantee.
-DIAGNOSTIC_KEYS = ("metrics", "federation", "timings", "attack", "null_reasons")
+#: The only keys of ``result.json`` that ``release.json`` may carry (an allow-list: a
+#: key an observer or a plug-in adds is never published), each a public setting, the
+#: server's own data, a ledgered release or a post-processing of those.
+PUBLISHABLE_KEYS = (
+    "algorithm", "seed", "k", "config",   # settings the user chose
+    "centers",          # the post-processed noisy releases
+    "centers_from",     # which centers came back: the final check's noisy release
+    "privacy",          # the ledger and the accountant's epsilon (less its diagnostics)
+    "preprocessing",    # the public transform, from the server's data
+    "tuning",           # estimates from the noisy estimate round; choices on the server's data
+    "check",            # the final private choice's noisy release and its threshold
+    "spare_centers",    # FedDP-Init's spare centers, from released eigen-gaps and counts
+    "k_selection",      # the elbow on the noisy-weighted server data
+)
 #: Keys under ``privacy`` that are diagnostics (participation under SecAgg).
 DIAGNOSTIC_PRIVACY_KEYS = ("secagg",)
 #: Configuration keys never published: a local path, and the seed when it is a secret.
@@ -51,7 +63,7 @@ DIAGNOSTICS_NOTICE = (
 
 
 def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, Any]:
-    """The publishable part of a result (see the module docstring).
+    """The publishable part of a result: only :data:`PUBLISHABLE_KEYS` (module docstring).
 
     Parameters
     ----------
@@ -68,7 +80,7 @@ def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, A
     private_config = PRIVATE_CONFIG_KEYS + (("seed",) if seed_is_secret else ())
     out: dict[str, Any] = {"artefact": "release", "publishable": True, "notice": RELEASE_NOTICE}
     for key, value in result.items():
-        if key in DIAGNOSTIC_KEYS or key in _OWN_KEYS or (key == "seed" and seed_is_secret):
+        if key not in PUBLISHABLE_KEYS or (key == "seed" and seed_is_secret):
             continue
         if key == "privacy":
             value = {k: v for k, v in value.items() if k not in DIAGNOSTIC_PRIVACY_KEYS}
@@ -79,12 +91,17 @@ def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, A
 
 
 def diagnostics_view(result: dict[str, Any]) -> dict[str, Any]:
-    """The non-private part of a result: counts, timings, metrics, attack report."""
+    """The non-private part of a result: every section not declared publishable.
+
+    Counts, timings, metrics, rejected replies, the attack report, and any section an
+    observer or plug-in adds under its own key.
+    """
     out: dict[str, Any] = {
         "artefact": "diagnostics", "publishable": False, "notice": DIAGNOSTICS_NOTICE,
         "algorithm": result["algorithm"], "seed": result["seed"],
     }
-    out.update({key: result[key] for key in DIAGNOSTIC_KEYS if key in result})
+    out.update({key: value for key, value in result.items()
+                if key not in PUBLISHABLE_KEYS and key not in _OWN_KEYS})
     secagg = result.get("privacy", {}).get("secagg")
     if secagg is not None:
         out["secagg"] = secagg

@@ -9,6 +9,7 @@ The toy baseline is the worked example of docs/architecture.md.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -46,6 +47,22 @@ def test_the_toy_attack_sees_every_round_through_the_declared_hooks(tmp_path):
     assert seen["replies"][:3] == ["estimate", "init-1", "init-2"]
     assert "init-3/sums" in seen["releases"] and seen["rows"] > 0
     assert "attack" not in result  # the curious server was not built
+    # the release is an allow-list: the toy attack's exact row count is a diagnostic
+    release = json.loads((tmp_path / "release.json").read_text())
+    diagnostics = json.loads((tmp_path / "diagnostics.json").read_text())
+    assert "round_counter" not in release and diagnostics["round_counter"]["rows"] == seen["rows"]
+
+
+def test_a_key_a_plugin_adds_cannot_reach_the_release():
+    from fedkmeans.artefacts import PUBLISHABLE_KEYS, diagnostics_view, release_view
+
+    result = {"algorithm": "feddp-kmeans", "seed": 0, "k": 2, "centers": [[0.0], [1.0]],
+              "privacy": {"epsilon": 1.0}, "config": {}}
+    with_plugin = {**result, "my_plugin": {"exact_rows": 401}}
+    assert release_view(with_plugin, seed_is_secret=False) == \
+        release_view(result, seed_is_secret=False)
+    assert diagnostics_view(with_plugin)["my_plugin"] == {"exact_rows": 401}
+    assert "my_plugin" not in PUBLISHABLE_KEYS
 
 
 def test_the_registries_are_the_config_s_lists():
