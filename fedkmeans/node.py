@@ -37,7 +37,7 @@ from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
 from fedkmeans.data.transform import IDENTITY, PublicTransform
-from fedkmeans.privacy.budget import joint_groups, joint_radius, reachable_bounds
+from fedkmeans.privacy.budget import joint_groups, joint_radii, reachable_bounds
 from fedkmeans.privacy.clipping import (
     clip_rows_l2,
     clip_stacked,
@@ -668,10 +668,12 @@ class NodeData:
             One array per statistic (in ``stats`` order), values ``2 k / Q``.
         """
         bounds = statistic_bounds(self.config.privacy)
-        reach = reachable_bounds(bounds, {name: share_stds[name] for name in stats})
+        stds = {name: share_stds[name] for name in stats}
+        reach = reachable_bounds(bounds, stds)
+        radii = joint_radii(bounds, stds)
         stats = dict(stats)
         for group in joint_groups(bounds, list(stats)):  # the server's joint clip
-            radius = joint_radius([bounds[n] for n in group], [share_stds[n] for n in group])
+            radius = radii[group[0]]
             factors, clamped = joint_clip_factors(
                 [stats[n] for n in group], [share_stds[n] for n in group], radius,
                 [bounds[n].norm == "l1_nonnegative" for n in group])

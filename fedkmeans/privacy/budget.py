@@ -214,6 +214,21 @@ def joint_groups(bounds: Mapping[str, StatisticBound], names: Sequence[str]) -> 
     return list(groups.values())
 
 
+def joint_radii(
+    bounds: Mapping[str, StatisticBound], stds: Mapping[str, float]
+) -> dict[str, float]:
+    """Each joint statistic of ``stds`` -> its group's radius (:func:`joint_radius`).
+
+    ``stds`` maps the statistics of one round to their noise standard deviations (or
+    any common multiple of them); statistics clipped on their own are left out.
+    """
+    out: dict[str, float] = {}
+    for group in joint_groups(bounds, list(stds)):
+        radius = joint_radius([bounds[n] for n in group], [stds[n] for n in group])
+        out.update(dict.fromkeys(group, radius))
+    return out
+
+
 def reachable_bounds(
     bounds: Mapping[str, StatisticBound], stds: Mapping[str, float]
 ) -> dict[str, float]:
@@ -224,7 +239,5 @@ def reachable_bounds(
     SecAgg encoding sizes its range from these.
     """
     out = {name: bounds[name].server_bound for name in stds}
-    for group in joint_groups(bounds, list(stds)):
-        radius = joint_radius([bounds[n] for n in group], [stds[n] for n in group])
-        out.update({n: radius * stds[n] for n in group})
+    out.update({n: radius * stds[n] for n, radius in joint_radii(bounds, stds).items()})
     return out

@@ -25,7 +25,7 @@ from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.console import say
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyAccountant, Release
-from fedkmeans.privacy.budget import joint_groups, joint_radius
+from fedkmeans.privacy.budget import joint_radii
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.server.aggregation import Fold, folded_sum
@@ -298,13 +298,12 @@ class ServerContext:
             return {name: Fold() for name in names}
         bounds = statistic_bounds(self.config.privacy)
         folds = {name: Fold(bounds[name].server_bound, bounds[name].norm) for name in names}
-        planned_names = [n for n in names if f"{round_name}/{n}" in self.releases]
-        for members in joint_groups(bounds, planned_names):
-            planned = [self.releases[f"{round_name}/{n}"] for n in members]
-            stds = [registry.mechanism(r.mechanism).std(r.noise_scale) for r in planned]
-            radius = joint_radius([bounds[n] for n in members], stds)
-            folds.update({n: Fold(radius, bounds[n].norm, bounds[n].joint, std)
-                          for n, std in zip(members, stds, strict=True)})
+        planned = {n: self.releases[f"{round_name}/{n}"] for n in names
+                   if f"{round_name}/{n}" in self.releases}
+        stds = {n: registry.mechanism(r.mechanism).std(r.noise_scale)
+                for n, r in planned.items()}
+        folds.update({n: Fold(radius, bounds[n].norm, bounds[n].joint, stds[n])
+                      for n, radius in joint_radii(bounds, stds).items()})
         return folds
 
     def release(
