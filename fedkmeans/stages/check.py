@@ -16,11 +16,10 @@ comparison is not the cost the run reports: with features on very different scal
 (make_blobs, k = 8, d = 10, scales 10^U(-1.5, 1.5), 6-17 % of the points outside the
 radius, client eps = 1) it kept protocol centers 1.11x and 1.82x optimal against the
 server's 1.02-1.03x; on the points before the clip, 0 of 5 seeds kept worse centers.
-The server releases ``sum_j D_j`` with Gaussian noise of standard deviation sigma and
-answers with A only
-if the noisy sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
-``1 - CHOICE_ERROR`` quantile), with B otherwise: post-processing of one release,
-accounted with the rest of the run. At epsilon = inf the round does not run (the
+The server releases ``sum_j D_j`` with Gaussian noise of standard deviation sigma
+and answers with A only if the noisy sum is below ``-z sigma`` (``z = CHOICE_STDS``,
+the standard normal ``1 - CHOICE_ERROR`` quantile), with B otherwise: post-processing of one
+release, accounted with the rest of the run. At epsilon = inf the round does not run (the
 non-private algorithm has no check).
 
 The bound this gives: whenever B's clipped cost on the clients' data is at most A's
