@@ -22,6 +22,10 @@ def test_cost_differences_by_hand():
     np.testing.assert_array_equal(out, [[0.0], [10.0], [-3.0]])
     np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, math.inf),
                                   [[0.0], [51.0], [-3.0]])
+    # a point whose squared distances overflow (as loaded, before the radius clip) counts 0
+    far = np.vstack([points, [[1e200, 0.0]]])
+    np.testing.assert_array_equal(
+        cost_differences(far, np.append(owner, 2), 3, a, b, tau=10.0), [[0.0], [10.0], [-3.0]])
 
 
 def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers():

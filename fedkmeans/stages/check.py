@@ -121,13 +121,17 @@ def cost_differences(
     centers, alternative : ndarray of shape (k, d)
         A and B.
     tau : float
-        Per-point clip (``inf``: none).
+        Per-point clip (``inf``: none). A point whose squared distances to both sets
+        overflow (the difference ``inf - inf``) counts 0.
     """
     out = np.zeros(clients)
     for start in range(0, points.shape[0], BLOCK):
         x = points[start:start + BLOCK]
         diff = (squared_distances(x, centers).min(axis=1)
                 - squared_distances(x, alternative).min(axis=1))
+        # a point so far out that both squared distances overflow (inf - inf) counts 0;
+        # every term stays in [-tau, tau]
+        diff = np.nan_to_num(diff, nan=0.0, posinf=tau, neginf=-tau)
         out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -tau, tau),
                            minlength=clients)
     return out[:, None]
