@@ -299,7 +299,7 @@ def run_world(
     from fedkmeans import client_app
     from fedkmeans.data.npz import save_npz
     from fedkmeans.engines import inprocess
-    from fedkmeans.server.context import ServerContext
+    from fedkmeans.server.context import wire_context
     from fedkmeans.server.pool import ClientPool
     from fedkmeans.tuning.resolve import client_settings
 
@@ -316,19 +316,15 @@ def run_world(
     grid = inprocess.InProcessGrid(client_app.app, flat, nodes, run_id)
     pool = ClientPool(grid, config.federation)
     pool.register()
-    pool.settings = client_settings(config)
     # the run's calibration (audit_plan.planned_releases), as its ledger records it
     releases = list(plan) if plan_hook is None else plan_hook(list(plan))
     secagg = setup.aggregation == "secagg"
     if secagg:
-        from fedkmeans.server.secagg import SecAggAggregator
-
         releases = [replace(r, noise_scale=r.sensitivity * _SECAGG_NOISE) for r in releases]
-        pool.secagg = SecAggAggregator(config, {r.stage: r for r in releases})
     recorder = _Recorder()
-    ctx = ServerContext(config=config, pool=pool, server_x=setup.server_x,
-                        releases={r.stage: r for r in releases}, observers=[recorder],
-                        progress=False)
+    ctx = wire_context(config, pool, setup.server_x, {r.stage: r for r in releases},
+                       observers=[recorder], settings=client_settings(config),
+                       progress=False, secagg=secagg)
     ctx.streaming = streaming
     arrays = broadcast(setup)
     replies, errors, tolerance = {}, {}, {}

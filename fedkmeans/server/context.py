@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -86,6 +86,8 @@ class ServerContext:
     spare_centers: dict | None = None
     #: The estimate round's release, read (:mod:`fedkmeans.tuning.estimates`), if run.
     estimates: object | None = None
+    #: Each round's outputs (computed or restored), by round name.
+    round_outputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
 
@@ -115,13 +117,30 @@ class ServerContext:
         """
         if self.checkpoint is not None and name in self.checkpoint.rounds:
             self._progress(name, "restored from the checkpoint")
+            self.round_outputs[name] = self.checkpoint.rounds[name]
             return self.checkpoint.rounds[name]
         with self.timed(name):
             outputs = compute()
         if self.checkpoint is not None:
             self.checkpoint.save(name, outputs, self.accountant, self.non_private)
+        self.round_outputs[name] = outputs
         self._progress(name, "done", f" in {self.timings[name]:.1f} s")
         return outputs
+
+    def use_plan(self, config: ExperimentConfig, releases: Iterable[Release], *,
+                 settings: Mapping) -> None:
+        """Run the rounds after the plan with its resolved config and calibrated releases.
+
+        The one change a context takes after it is built: the estimate round runs with
+        the declared config (``auto`` unresolved), the protocol with the resolved one;
+        the nodes are sent ``settings`` (the resolved clip bounds, the public transform)
+        with every request from now on, and SecAgg reads the same releases.
+        """
+        self.config = config
+        self.releases.update({r.stage: r for r in releases})
+        self.pool.settings = dict(settings)
+        if getattr(self.pool, "secagg", None) is not None:
+            self.pool.secagg.config = config
 
     def _progress(self, name: str, what: str, took: str = "") -> None:
         """One ``[progress]`` line per round: the count of rounds (streamed by Flower).
@@ -369,3 +388,42 @@ class ServerContext:
     def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
         for observer in self.observers:
             observer.on_release(stage, before, after)
+
+
+def wire_context(
+    config: ExperimentConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
+    checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
+    settings: Mapping, progress: bool = True, secagg: bool | None = None,
+) -> ServerContext:
+    """The server side of a run's rounds around ``pool``: settings, SecAgg, context.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+    pool : ClientPool or a pool with its interface (the tuning's simulated one)
+    server_x : ndarray of shape (m, d)
+        Q after the public transform.
+    releases : mapping of str to Release
+        The calibrated releases known so far, by stage.
+    checkpoint, observers, progress
+        Passed to :class:`~fedkmeans.server.context.ServerContext`.
+    settings : mapping
+        What the nodes clip and map with, sent with every request (the resolved clip
+        settings, :func:`fedkmeans.tuning.resolve.client_settings`, and the public
+        transform).
+    secagg : bool, optional
+        Sum the protocol rounds with SecAgg+ (:class:`~fedkmeans.server.secagg.
+        SecAggAggregator`, reading the same releases). Default: ``privacy.aggregation
+        == "secagg"``. The tuning's simulation passes False: it adds the ledger's central
+        noise, which is what SecAgg's shares add up to.
+    """
+    pool.settings = dict(settings)
+    ctx = ServerContext(config=config, pool=pool, server_x=server_x, releases=dict(releases),
+                        checkpoint=checkpoint, observers=list(observers), progress=progress)
+    if secagg is None:
+        secagg = config.privacy.aggregation == "secagg"
+    if secagg:  # clients add noise shares, SecAgg+ sums
+        from fedkmeans.server.secagg import SecAggAggregator
+
+        pool.secagg = SecAggAggregator(config, ctx.releases)
+    return ctx

@@ -59,7 +59,7 @@ from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.server.aggregation import RunningSums
-from fedkmeans.server.context import ServerContext
+from fedkmeans.server.context import wire_context
 from fedkmeans.server.replies import Replies
 from fedkmeans.stages import stage as stage_named
 
@@ -229,6 +229,11 @@ class SimulatedPool:
 
     node: NodeData
     federation: SimulatedFederation
+    #: What a real pool sends the nodes with every request (unused: the simulated node
+    #: is built with the candidate's settings).
+    settings: dict = field(default_factory=dict)
+    #: Never SecAgg: the simulation adds the ledger's central noise.
+    secagg: None = None
 
     @property
     def dim(self) -> int:
@@ -313,9 +318,9 @@ def simulate_cost(
     node = NodeData(sim_config, ids, federation.points, dict.fromkeys(federation.points))
     scaled = {r.stage: replace(r, noise_scale=r.noise_scale * federation.scale)
               for r in releases}
-    ctx = ServerContext(config=sim_config, pool=SimulatedPool(node, federation),
-                        server_x=federation.server_x,
-                        releases=scaled, progress=False)
+    # central noise of the ledger's scale: what SecAgg's shares add up to
+    ctx = wire_context(sim_config, SimulatedPool(node, federation), federation.server_x,
+                       scaled, settings={}, progress=False, secagg=False)
     with _quiet():
         centers = algorithm(config.algorithm).run(ctx)
     pooled = federation.pooled
