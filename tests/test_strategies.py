@@ -192,3 +192,32 @@ def test_the_curious_wrapper_observes_without_changing_the_run_or_its_release(tm
     assert json.loads((tmp_path / "r.json").read_text()) == report
     with pytest.raises(TypeError, match="wraps a fedkmeans strategy"):
         CuriousServer(object())
+
+
+def test_under_secagg_the_mounted_nodes_give_the_experiment_s_bits(monkeypatch, tmp_path):
+    """The SecAgg+ ``train`` handler of the mount gives the bundled ClientApp's bits.
+
+    The shares are seeded here alone (as tests/test_secagg.py does), so both paths'
+    noise can be compared bit for bit.
+    """
+    from fedkmeans.node import NodeData
+    from fedkmeans.seeding import generator
+
+    contribution = NodeData.secagg_contribution
+
+    def seeded_shares(self, *args, **kwargs):
+        share_rng = lambda stage, c: generator(5, "noise-share", stage, c)  # noqa: E731
+        return contribution(self, *args, share_rng=share_rng, **kwargs)
+
+    monkeypatch.setattr(NodeData, "secagg_contribution", seeded_shares)
+    flat = {**SMALL, "privacy.aggregation": "secagg", "privacy.count-noise": "gaussian",
+            "privacy.reproducible-noise": True, "seed": 5, "output-dir": str(tmp_path / "o")}
+    expected = run_server_inprocess(flat, num_nodes=NODES)
+    config = parse_config(flat)
+    strategy = FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+                           seed=5, **_settings(flat))
+    result = strategy.start(grid=_grid(_user_app(config)))
+    assert result.privacy["aggregation"] == "secagg"
+    assert result.privacy["releases"] == expected["privacy"]["releases"]
+    assert result.arrays["centers"].numpy().tobytes() == \
+        np.asarray(expected["centers"]).tobytes()
