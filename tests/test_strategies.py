@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SMALL, run_server_inprocess
+from conftest import PAPER, SMALL, run_server_inprocess
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import PrivacySpent
@@ -60,6 +60,11 @@ CASES = {
     "feddp-client": {"algorithm": "feddp-kmeans", "privacy.level": "client",
                      "privacy.lloyds-steps": 2},
     "server-lloyds": {"algorithm": "server-lloyds", "privacy.lloyds-steps": 2},
+    # tuning=auto: the estimate round asks the nodes unclipped, then the resolved radius
+    "feddp-auto": {"algorithm": "feddp-kmeans", **dict.fromkeys(
+        [k for k in PAPER if k != "privacy.lloyds-steps"] + ["privacy.data-radius",
+                                                             "privacy.max-points-per-client"],
+        "auto")},
 }
 
 
