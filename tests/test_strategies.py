@@ -226,3 +226,60 @@ def test_under_secagg_the_mounted_nodes_give_the_experiment_s_bits(monkeypatch, 
     assert result.privacy["releases"] == expected["privacy"]["releases"]
     assert result.arrays["centers"].numpy().tobytes() == \
         np.asarray(expected["centers"]).tobytes()
+
+
+def test_the_client_level_ledger_is_flower_s_privacy_accountant(tmp_path):
+    from flwr.serverapp import GaussianPrivacyEvent
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+
+    flat = {**SMALL, "privacy.level": "client", "privacy.public-num-clients": 12}
+    config = parse_config(flat)
+    strategy = FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+                           level="client", **_settings(flat))
+    with pytest.raises(RuntimeError, match="after start"):
+        strategy.flower_accountant()
+    strategy.start(grid=_grid(_user_app(config)))
+    ledger = strategy.flower_accountant()
+    run = strategy.privacy_spent()
+    assert ledger.get_privacy_spent() == run  # the same ledger, the same epsilon
+    assert ledger.config.population_size == 12 and ledger.num_releases == run.num_releases
+    # a later Flower DP training on the same clients composes with the run
+    DifferentialPrivacyServerSideFixedClipping(FedAvg(), noise_multiplier=2.0,
+                                               clipping_norm=1.0, num_sampled_clients=12,
+                                               accountant=ledger)
+    event = GaussianPrivacyEvent(noise_multiplier=2.0, sample_size=12, population_size=12)
+    assert ledger.would_exceed(event, max_epsilon=run.epsilon)
+    state = ledger.state_dict()
+    ledger.compose(event, count=2)
+    assert ledger.num_releases == run.num_releases + 2
+    assert ledger.get_epsilon(1e-6) > run.epsilon
+    ledger.load_state_dict(state)
+    assert ledger.get_privacy_spent() == run
+
+
+def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
+    """Hand check: one unsampled Gaussian event of z = 1 at delta = 1e-5 is the exact
+    (Balle & Wang) Gaussian curve's epsilon, to the PLD's pessimistic discretisation."""
+    from flwr.serverapp import GaussianPrivacyEvent
+
+    from fedkmeans.privacy.accountant import PrivacyAccountant
+    from fedkmeans.privacy.analytic_gaussian import gaussian_epsilon
+    from fedkmeans.strategies.accounting import flower_ledger
+
+    config = parse_config({"privacy.level": "client", "privacy.public-num-clients": 10,
+                           "privacy.delta": 1e-5})
+    ledger = flower_ledger(config, PrivacyAccountant())
+    ledger.compose(GaussianPrivacyEvent(noise_multiplier=1.0, sample_size=10,
+                                        population_size=10))
+    exact = gaussian_epsilon(1.0, 1e-5)
+    assert 4.0 < exact < 5.0  # z = 1: epsilon about 4.4 at delta = 1e-5
+    assert exact <= ledger.get_epsilon(1e-5) <= exact + 1e-3
+    assert ledger.get_delta(exact + 1e-3) <= 1e-5
+    with pytest.raises(ValueError, match="population_size 11"):
+        ledger.compose(GaussianPrivacyEvent(noise_multiplier=1.0, sample_size=10,
+                                            population_size=11))
+    with pytest.raises(ValueError, match="one data point's"):
+        flower_ledger(parse_config({}), PrivacyAccountant())
+    with pytest.raises(ValueError, match="privacy.public-num-clients"):
+        flower_ledger(parse_config({"privacy.level": "client"}), PrivacyAccountant())

@@ -21,8 +21,9 @@ map onto Flower's hooks:
   clients' raw data and is not covered by the guarantee.
 * ``summary`` logs the algorithm and the declared settings (public).
 * ``privacy_spent()`` is :class:`flwr.serverapp.PrivacySpent` from the run's ledger, as
-  Flower's DP strategies report theirs (see docs/library.md for why the ledger is not a
-  :class:`flwr.serverapp.PrivacyAccountant`).
+  Flower's DP strategies report theirs; ``flower_accountant()`` is the ledger as a
+  :class:`flwr.serverapp.PrivacyAccountant` where that protocol fits (client level,
+  a declared number of clients: :mod:`fedkmeans.strategies.accounting`).
 """
 
 from __future__ import annotations
@@ -40,15 +41,14 @@ from flwr.serverapp.strategy import Result, Strategy
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.session import RunOutcome, run_protocol
+from fedkmeans.strategies.accounting import METHOD as ACCOUNTING_METHOD
+from fedkmeans.strategies.accounting import FlowerLedger, flower_ledger
 from fedkmeans.strategies.settings import build_config, server_points
 from fedkmeans.wire import pack, unpack
 
 LOG = logging.getLogger(__name__)
 
 __all__ = ["ACCOUNTING_METHOD", "KMeansResult", "KMeansStrategy"]
-
-#: ``PrivacySpent.accounting_method`` of a run's ledger.
-ACCOUNTING_METHOD = "fedkmeans ledger: dp-accounting PLD over every release"
 
 
 @dataclass
@@ -262,6 +262,23 @@ class KMeansStrategy(Strategy):
         epsilon = outcome.spent_epsilon if outcome is not None else 0.0
         return PrivacySpent(epsilon=epsilon, delta=float(self.config.privacy.delta),
                             num_releases=len(releases), accounting_method=ACCOUNTING_METHOD)
+
+    def flower_accountant(self, **kwargs: Any) -> FlowerLedger:
+        """After :meth:`start`: the run's ledger as Flower's ``PrivacyAccountant``.
+
+        Client level without SecAgg, with ``public_num_clients`` declared
+        (:func:`fedkmeans.strategies.accounting.flower_ledger`, whose keyword arguments
+        ``sampling_method`` and ``max_epsilon`` it takes); a Flower DP strategy given it
+        composes its events with this run's releases.
+
+        Raises
+        ------
+        ValueError
+            The run's neighbours or unknown population do not fit Flower's protocol.
+        """
+        if self.outcome is None:
+            raise RuntimeError(f"{type(self).__name__}: the ledger exists after start()")
+        return flower_ledger(self.outcome.config, self.outcome.context.accountant, **kwargs)
 
     def _pool(self):
         if self.outcome is None:
