@@ -38,6 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid, PrivacySpent
 from flwr.serverapp.strategy import Result, Strategy
 
+from fedkmeans.artefacts import release_view
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.session import RunOutcome, run_protocol
@@ -68,11 +69,13 @@ class KMeansResult(Result):
         ``start(evaluate_clients=True)`` only: the NON-PRIVATE evaluation round's
         ``cost`` (mean squared distance on the clients' raw points) and ``num-points``.
     privacy : dict
-        ``release.json["privacy"]``: the ledger (mechanism, stage, sensitivity, noise
-        scale, sampling rate of every release), epsilon spent, the guarantee in words.
+        ``release["privacy"]``: the ledger (mechanism, stage, sensitivity, noise scale,
+        sampling rate of every release), epsilon spent, the guarantee in words.
     release : dict
-        What may be published (centers, privacy and the protocol's publishable
-        sections, :meth:`~fedkmeans.session.RunOutcome.release_sections`).
+        What may be published, exactly as an experiment's ``release.json`` is built
+        (:func:`fedkmeans.artefacts.release_view`, the allow-list): centers, privacy,
+        the declared config and the protocol's publishable sections
+        (:meth:`~fedkmeans.session.RunOutcome.release_sections`).
     outcome : RunOutcome or None
         The run itself (context, pool, timings): diagnostics, not for publication.
     """
@@ -185,10 +188,17 @@ class KMeansStrategy(Strategy):
             "sensitivity": [float(r.sensitivity) for r in releases],
             "sampling-rate": [float(r.sampling_rate) for r in releases],
         })
-        result = KMeansResult(arrays=arrays, privacy=privacy, outcome=outcome,
-                              release={"algorithm": self.config.algorithm,
-                                       "centers": outcome.centers.tolist(),
-                                       "privacy": privacy, **outcome.release_sections()})
+        sections = outcome.release_sections()
+        full = {"algorithm": self.config.algorithm, "centers_from": sections.pop("centers_from"),
+                "seed": self.config.seed, "k": sections.pop("k"),
+                "centers": outcome.centers.tolist(), "privacy": privacy,
+                "config": self.config.to_flat(), **sections}
+        # the allow-list of release.json: the seed when it keys the noise, and the
+        # privacy record's diagnostics (SecAgg participation) are left out
+        release = release_view(
+            full, seed_is_secret=not outcome.context.private_randomness.is_secure)
+        result = KMeansResult(arrays=arrays, privacy=release["privacy"], outcome=outcome,
+                              release=release)
         if evaluate_fn is not None:
             extra = evaluate_fn(last, arrays)
             if extra is not None:
