@@ -76,6 +76,7 @@ def test_the_user_app_runs_under_flwr_run_with_the_curious_server(tmp_path):
     out = tmp_path / "out"
     env = flower_env(home)
     env["RAY_ADDRESS"] = "local"  # a fresh Ray instance, never another test's cluster
+    project = (APP / "pyproject.toml").read_bytes()  # flwr rewrites legacy sections
     try:
         proc = subprocess.run(
             ["flwr", "run", str(APP), "--stream", "--run-config",
@@ -86,6 +87,7 @@ def test_the_user_app_runs_under_flwr_run_with_the_curious_server(tmp_path):
     finally:
         left = stop_all(lambda: processes_with_env("FLWR_HOME", str(home)))
     assert left == [] and processes_with_env("FLWR_HOME", str(home)) == []
+    assert (APP / "pyproject.toml").read_bytes() == project
     release_file = out / "release.json"
     assert release_file.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     release = json.loads(release_file.read_text())
