@@ -1,14 +1,11 @@
-"""Flower ClientApp: load this node's clients once, answer each protocol stage.
+"""The bundled Flower ClientApp: the data-set registry's nodes, mounted.
 
-Thin by design: it reads the node config, translates messages to arrays and back,
-and delegates every computation to :class:`fedkmeans.node.NodeData`. Message types
-are ``query.<stage>``; each request names the node's clients it asks for in the
-``client_ids`` array and each reply echoes it, one row per client.
-
-Secure aggregation (``privacy.aggregation = secagg``): the protocol rounds arrive as
-``train`` messages driven by Flower's SecAgg+ workflow; ``secaggplus_mod`` runs the key
-agreement and masking around :func:`secagg_contribution`, which replies with the node's
-encoded sum (its clients' clipped statistics plus their noise shares) and weight 1.
+One user of :func:`fedkmeans.client.mount_source` (which registers ``register``,
+``query.<stage>``, ``evaluate`` and the SecAgg+ ``train`` handler): its nodes load their
+clients through the data-set registry (:mod:`fedkmeans.data`) from the node config and
+the run config's ``data.*`` keys, once per process, and keep at most
+``federation.node-cache-mb`` of them in memory (:func:`node_data`), spilling the rest to
+files mapped per request.
 """
 
 from __future__ import annotations
@@ -19,20 +16,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Context, Message
-from flwr.client.mod import secaggplus_mod
+from flwr.app import Context
 from flwr.clientapp import ClientApp
-from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.compat.common import recorddict_compat as compat
-from threadpoolctl import ThreadpoolController
 
 from fedkmeans import data as data_access
-from fedkmeans import wire
+from fedkmeans.client import clipped_points, mount_source
 from fedkmeans.config import CLIENT_SETTINGS, parse_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius, shard_ready
-from fedkmeans.stages import Stage, stage, subscribe
-from fedkmeans.wire import pack, unpack
 
 app = ClientApp()
 
@@ -202,118 +193,46 @@ def forget_nodes() -> None:
     _RUN_KEY.clear()
 
 
-def one_blas_thread():
-    """BLAS on one thread while a node computes.
-
-    Its products are per client and small (a 50 x 100 ``dsyrk``): a second BLAS thread
-    only spins, and on a busy machine makes them many times slower (a Ray actor runs on
-    one CPU anyway).
-    """
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())  # finds the libraries once per process
-    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
-_BLAS: list = []
+class RegistrySource:
+    """The bundled nodes: clients from the data-set registry, kept by :func:`node_data`.
 
-
-def _reply(msg: Message, clients, stats: dict) -> Message:
-    return Message(pack({"client_ids": clients, **stats}), reply_to=msg)
-
-
-@app.query("register")
-def register(msg: Message, context: Context) -> Message:
-    """Announce the hosted client ids and the feature dimension (no data values).
-
-    A data set whose dimension the run config declares (the generated mixture) gives
-    its ids and dimension without data: the node builds its clients when a round first
-    asks for them, not here.
-    """
-    config = parse_config(dict(context.run_config))
-    node_config = context.node_config
-    dim = data_access.dataset(config.data.name).declared_dim(config)
-    if dim is not None and not node_config.get("data-path"):
-        ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
-                                          int(node_config.get("num-partitions", 1)))
-        return Message(pack({"client_ids": ids}, {"dim": dim if ids.size else 0}),
-                       reply_to=msg)
-    node = node_data(context, clip=False)  # mapped and clipped when first asked
-    return Message(pack({"client_ids": node.client_ids}, {"dim": node.dim}), reply_to=msg)
-
-
-def serve(stage: Stage) -> None:
-    """Answer ``query.<stage.name>`` with the stage's statistics for the asked clients.
-
-    The rows are the stage's ``client`` computation (or its ``wire`` form: upper
-    triangles for a symmetric statistic), one per asked client, stacked. Subscribed to
-    the stage registry: every registered stage is served, including one registered
-    after this module was imported.
+    A node finds its clients from its node config (``partition-id``/``num-partitions``,
+    or a deployed node's ``data-path``) and the run config's ``data.*`` keys.
     """
 
-    def reply(msg: Message, context: Context) -> Message:
-        arrays, settings = unpack(msg.content)
-        clients = arrays["client_ids"]
-        compute = stage.wire or stage.client
-        with node_data(context, settings).resident() as node, one_blas_thread():
-            stats = compute(node, clients.tolist(), {**settings, **arrays})
-        return _reply(msg, clients, stats)
+    def register(self, context: Context) -> tuple[np.ndarray, int]:
+        """The hosted client ids and the feature dimension (no data values).
 
-    reply.__doc__ = f"Stage {stage.name!r} ({stage.group})."
-    app.query(stage.name)(reply)
+        A data set whose dimension the run config declares (the generated mixture) gives
+        its ids and dimension without data: the node builds its clients when a round
+        first asks for them, not here.
+        """
+        config = parse_config(dict(context.run_config))
+        node_config = context.node_config
+        dim = data_access.dataset(config.data.name).declared_dim(config)
+        if dim is not None and not node_config.get("data-path"):
+            ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
+                                              int(node_config.get("num-partitions", 1)))
+            return ids, dim if ids.size else 0
+        node = node_data(context, clip=False)  # mapped and clipped when first asked
+        return node.client_ids, node.dim
 
+    def node(self, context: Context, settings: dict) -> NodeData:
+        """:func:`node_data` under the request's settings."""
+        return node_data(context, settings)
 
-subscribe(serve)
+    def evaluate(self, context: Context, settings: dict,
+                 centers: np.ndarray) -> dict[str, np.ndarray]:
+        """NON-PRIVATE: :meth:`NodeData.evaluate` and ``clipped_points``.
 
-
-@app.query("evaluate")
-def evaluate(msg: Message, context: Context) -> Message:
-    """Non-private evaluation of the final centers over every hosted client.
-
-    Also the number of the node's points clipped to the data radius
-    (``clipped_points``: for ``diagnostics.json``, never for the console).
-    """
-    arrays, settings = unpack(msg.content)
-    with node_data(context, settings).resident() as node, one_blas_thread():
-        out = node.evaluate(arrays["centers"])
-        out["clipped_points"] = np.array([float(clipped_points(node))])
-    return Message(pack(out), reply_to=msg)
-
-
-def clipped_points(node: NodeData) -> int:
-    """Points of ``node`` whose norm exceeded the radius they were clipped to (0: none)."""
-    if node.radius is None:
-        return 0
-    return sum(int((norms > node.radius).sum()) for norms in node.raw_norms.values())
+        A clipped client's points are reloaded from the data set.
+        """
+        with node_data(context, settings).resident() as node:
+            out = node.evaluate(centers)
+            out["clipped_points"] = np.array([float(clipped_points(node))])
+        return out
 
 
-@app.train(mods=[secaggplus_mod])
-def secagg_contribution(msg: Message, context: Context) -> Message:
-    """One protocol round under SecAgg+: this node's encoded noisy sum, weight 1.
-
-    The request is the ``FitIns`` built by :class:`fedkmeans.server.secagg.
-    SecAggAggregator` (asked client ids, broadcast arrays, per-statistic share scale
-    and grid step). Noise shares always come from the operating system's CSPRNG,
-    fresh per client and release (:mod:`fedkmeans.privacy.randomness`): nothing the
-    server sets or knows (run config, seed, run id, an earlier run) determines them.
-    The reply's metrics are empty: only the masked vector leaves the node.
-    """
-    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-    settings = fitins.config
-    payload = parameters_to_ndarrays(fitins.parameters)
-    names = [n for n in str(settings[wire.SECAGG_ARRAYS]).split(",") if n]
-    arrays = dict(zip(names, payload[1:], strict=True))
-    clients = payload[0].astype(int).tolist()
-    with node_data(context, dict(settings)).resident() as node:
-        stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
-    wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
-    stats = {name: stats[name] for name in wanted}
-    encoded = node.secagg_contribution(
-        clients,
-        stats,
-        str(settings[wire.SECAGG_ROUND]),
-        {n: float(settings[wire.SECAGG_SHARE + n]) for n in wanted},
-        {n: float(settings[wire.SECAGG_STEP + n]) for n in wanted},
-        int(settings[wire.SECAGG_Q]),
-    )
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encoded), 1, {})
-    return Message(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)
+mount_source(app, RegistrySource())

@@ -84,6 +84,9 @@ class NodeData:
     radius: float | None = None
     #: The public transform the points were mapped by before any clip (as loaded: none).
     transform: PublicTransform = IDENTITY
+    #: A client's points as loaded, for the rounds that read a clipped client's
+    #: original points (the check, the evaluation); None: reloaded from the data set.
+    originals: Callable[[int], np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """Keep the hosted points in one array, client after client (``client_ids``).
@@ -718,7 +721,7 @@ class NodeData:
         ``transform``); a clipped client's original points are reloaded.
         """
         if self._stacked is None:
-            return [(data_access.load_client(self.config, c, self.data_path)[0], False)
+            return [(self._original(c), False)
                     if c in self.clipped_clients else (self.points[c], True) for c in clients]
         segments, run = [], []
         for c in clients + [None]:
@@ -729,9 +732,14 @@ class NodeData:
                 segments.append((self._pooled(run)[0], True))
                 run = []
             if c is not None:
-                segments.append(
-                    (data_access.load_client(self.config, c, self.data_path)[0], False))
+                segments.append((self._original(c), False))
         return segments
+
+    def _original(self, client: int) -> np.ndarray:
+        """One client's points as loaded (``originals``, else reloaded from the data set)."""
+        if self.originals is not None:
+            return self.originals(client)
+        return data_access.load_client(self.config, client, self.data_path)[0]
 
     def evaluate(self, centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE evaluation over all hosted clients (summed over the node).

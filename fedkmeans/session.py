@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
-from fedkmeans.config import ExperimentConfig, check_server_points
+from fedkmeans.config import ExperimentConfig, check_server_points, node_settings
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext, wire_context
@@ -205,12 +205,16 @@ def run_protocol(
     transform = _transform(config, checkpoint, server_x)
     server_x = transform.apply(server_x)
     check_declared_radius(config, server_x)
+    # every request carries what a node computes with (a user's ClientApp has no run
+    # config of ours: fedkmeans.client.mount reads its config from them)
     ctx = wire_context(config, pool, server_x, {}, checkpoint=checkpoint,
-                       observers=observers, settings=transform.to_settings())
+                       observers=observers,
+                       settings={**node_settings(config), **transform.to_settings()})
     t0 = time.perf_counter()
     config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace)
     timings["tuning"] = time.perf_counter() - t0
-    ctx.use_plan(config, releases, settings={**transform.to_settings(),
+    ctx.use_plan(config, releases, settings={**node_settings(config),
+                                             **transform.to_settings(),
                                              **client_settings(config)})
     restored = len(checkpoint.rounds.keys() & set(PLAN_FREE_ROUNDS)) if checkpoint else 0
     ctx.expected_rounds = restored + _expected_rounds(config, subspace=subspace)

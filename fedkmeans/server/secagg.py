@@ -10,7 +10,7 @@ module bridges it into our own ``@app.main()`` protocol
   hosting the asked clients (a node is one SecAgg+ participant, whatever number of
   virtual clients it hosts). Each node gets a ``FitIns`` with the asked client ids,
   the broadcast arrays and, per statistic, the noise-share scale and the public grid
-  step; its ``train`` handler (:func:`fedkmeans.client_app.secagg_contribution`)
+  step; its ``train`` handler (registered by :func:`fedkmeans.client.mount_source`)
   replies with its encoded value (clipped statistics + noise shares, summed over its
   clients) and weight ``num_examples = 1``; ``max_weight = 1`` and
   ``clipping_range = 1`` make SecAgg+ return the mean of the encoded values, which
