@@ -10,10 +10,11 @@ epsilon = 3.13, without the non-private reference cost::
 
 and the same command with ``tuning=none`` (the paper's hand settings). The two run
 alternately (auto, none, auto, none, ...) so both see the same load. Each figure is a
-fresh ``python`` process: its wall time and its peak resident memory (``ru_maxrss`` of
-the child, from ``os.wait4``); the medians of ``--runs`` runs. From each run's
-``diagnostics.json`` the phases of the server's timings are kept too (medians):
-registration, the estimate round, the tuning without the estimate round (the public
+fresh ``python`` process: its wall time, its CPU time (user + system, every thread:
+less sensitive than the wall time to other work on a shared machine) and its peak
+resident memory (``ru_maxrss``), both from ``os.wait4``; the medians of ``--runs``
+runs. From each run's ``diagnostics.json`` the phases of the server's timings are kept
+too (medians): registration, the estimate round, the tuning without the estimate round (the public
 simulation and the calibration), the protocol rounds (FedDP-Init and Lloyds), the final
 check and the evaluation round; "outside the run" is the process's wall time minus the
 server's ``total`` (interpreter, imports, Hydra, data set set-up, writing the files).
@@ -70,7 +71,8 @@ def run_once(args: list[str], out: Path, cwd: Path) -> dict[str, float]:
     if child.returncode != 0:
         raise RuntimeError(f"{args} failed:\n{stderr.decode()[-2000:]}")
     timings = json.loads((out / "diagnostics.json").read_text())["timings"]
-    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, **phases(timings, wall)}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024, **phases(timings, wall)}
 
 
 def phases(timings: dict[str, float], wall: float) -> dict[str, float]:
@@ -106,6 +108,7 @@ def measure(runs: int, work: Path) -> tuple[list[dict], list[float]]:
             "command": name, "runs": len(runs_of),
             "median_s": round(statistics.median(walls), 2),
             "min_s": round(min(walls), 2), "max_s": round(max(walls), 2),
+            "cpu_s": round(statistics.median(r["cpu_s"] for r in runs_of), 2),
             "peak_rss_mib": round(statistics.median(r["peak_rss_mib"] for r in runs_of)),
             **{f"{p}_s": round(statistics.median(r[p] for r in runs_of), 3) for p in PHASES},
         })
@@ -139,15 +142,17 @@ def main() -> None:
         "",
         "(the paper's mixture at data-point level, 100 clients x 1000 points, every other "
         "setting at its default, tuning=auto) and the same with `tuning=none`, alternating "
-        f"run by run; whole process, median of {args.runs} fresh processes each; peak RSS "
-        "is the child's ru_maxrss. Phases are medians of the server's own timings "
-        "(diagnostics.json): `tuning_simulation` is the tuning without the estimate round "
-        "(public simulation and calibration), `outside_run` the process's wall time minus "
-        "the server's total (interpreter, imports, Hydra, writing the files).",
+        f"run by run; whole process, median of {args.runs} fresh processes each; CPU time "
+        "(user + system) and peak RSS are the child's (wait4). Phases are medians of the "
+        "server's own timings (diagnostics.json): `tuning_simulation` is the tuning "
+        "without the estimate round (public simulation and calibration), `outside_run` "
+        "the process's wall time minus the server's total (interpreter, imports, Hydra, "
+        "writing the files).",
         "",
         f"The machine is shared with other engineers: its 1-minute load average was "
         f"{min(loads):.2f}-{max(loads):.2f} during the runs, so absolute times are loaded "
-        "(an idle machine is faster); the ratio, measured back to back, is the robust figure.",
+        "(an idle machine is faster); the ratio, measured back to back, and the CPU time "
+        "are the robust figures.",
         "",
         *markdown_table(rows),
         "",
