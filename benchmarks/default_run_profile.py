@@ -33,11 +33,15 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results"
 
 
-def top_entries(stats: pstats.Stats, sort: str, top: int) -> list[str]:
-    """The ``top`` entries of ``stats`` sorted by ``sort``, as Markdown table rows."""
+def top_entries(stats: pstats.Stats, sort: str, top: int, within: str = "") -> list[str]:
+    """The ``top`` entries of ``stats`` sorted by ``sort``, as Markdown table rows.
+
+    ``within``: only functions whose source path contains it (e.g. ``/fedkmeans/``).
+    """
     stats.sort_stats(sort)
     rows = ["| calls | own s | cumulative s | function |", "|---|---|---|---|"]
-    for func in stats.fcn_list[:top]:  # set by sort_stats
+    chosen = [f for f in stats.fcn_list if within in f[0]][:top]  # set by sort_stats
+    for func in chosen:
         calls, primitive, own, cumulative, _ = stats.stats[func]
         path, line, name = func
         where = f"{_short(path)}:{line}({name})" if line else name
@@ -60,23 +64,28 @@ def main() -> None:
     parser.add_argument("--label", required=True)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--tuning", default="auto", choices=("auto", "none"))
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="checkout whose fedkmeans is profiled (default: this one)")
     args = parser.parse_args()
+    tree = args.tree.resolve()
     command = [*DEFAULT, *([] if args.tuning == "auto" else ["tuning=none"])]
     with tempfile.TemporaryDirectory() as tmp:
         profile = Path(tmp) / "run.pstats"
         out = Path(tmp) / "run"
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), *command,
-                        f"output-dir={out}"], env=environment(), cwd=tmp, check=True,
+                        f"output-dir={out}"], env={**environment(), "PYTHONPATH": str(tree)},
+                       cwd=tmp, check=True,
                        capture_output=True)
         wall = time.perf_counter() - start
         timings = json.loads((out / "diagnostics.json").read_text())["timings"]
         stats = pstats.Stats(str(profile), stream=io.StringIO())
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
     lines = [
         f"Measured by `python benchmarks/default_run_profile.py --label {args.label}"
-        + ("" if args.tuning == "auto" else " --tuning none") + f"` at {commit}: "
+        + ("" if args.tuning == "auto" else " --tuning none")
+        + ("" if tree == ROOT else f" --tree <checkout of {commit}>") + f"` at {commit}: "
         f"`python -m cProfile -m fedkmeans.experiment {' '.join(command[2:])}`, one fresh "
         f"process, {wall:.2f} s wall under the profiler (1-minute load average "
         f"{os.getloadavg()[0]:.2f}: the machine is shared). cProfile slows Python-heavy "
@@ -87,6 +96,10 @@ def main() -> None:
         "| " + " | ".join(timings) + " |",
         "|" + "---|" * len(timings),
         "| " + " | ".join(f"{v:.3f}" for v in timings.values()) + " |",
+        "",
+        f"Top {args.top} functions of fedkmeans by cumulative time:",
+        "",
+        *top_entries(stats, "cumulative", args.top, within="/fedkmeans/"),
         "",
         f"Top {args.top} by cumulative time:",
         "",
