@@ -1,6 +1,6 @@
 """The default run against ``tuning=none``: whole process, back to back (issue 37).
 
-    python benchmarks/default_run.py [--runs 3] [--label this]
+    python benchmarks/default_run.py [--runs 3] [--base /tmp/base]
 
 The command is the issue's default run: the paper's mixture at data-point level
 (100 clients x 1000 points, the ``mixture`` preset, every other setting at its default),
@@ -22,7 +22,12 @@ server's ``total`` (interpreter, imports, Hydra, data set set-up, writing the fi
 Acceptance (issue 37): the default run's median <= 3.5 s, and <= 1.15 x the median of
 the ``tuning=none`` command measured in the same call.
 
-Writes docs/results/default-run.csv (one row per command) and docs/results/default-run.md.
+With ``--base`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/base
+<commit>``) both commands run on that tree too, all four alternating, so *before* and
+*after* see the same load.
+
+Writes docs/results/default-run.csv (one row per tree and command) and
+docs/results/default-run.md.
 """
 
 from __future__ import annotations
@@ -52,17 +57,17 @@ PHASES = ("register", "estimate", "tuning_simulation", "protocol", "check", "eva
           "total", "outside_run")
 
 
-def environment() -> dict[str, str]:
-    """This tree first on the path, no Flower telemetry or update check."""
-    return {**os.environ, "PYTHONPATH": str(ROOT), "FLWR_TELEMETRY_ENABLED": "0",
+def environment(tree: Path = ROOT) -> dict[str, str]:
+    """``tree`` first on the path, no Flower telemetry or update check."""
+    return {**os.environ, "PYTHONPATH": str(tree), "FLWR_TELEMETRY_ENABLED": "0",
             "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
-def run_once(args: list[str], out: Path, cwd: Path) -> dict[str, float]:
-    """Wall seconds, peak RSS (MiB) and the phases of one fresh ``python *args`` run."""
+def run_once(args: list[str], out: Path, cwd: Path, tree: Path = ROOT) -> dict[str, float]:
+    """Wall and CPU seconds, peak RSS (MiB) and the phases of one fresh ``python *args``."""
     start = time.perf_counter()
     child = subprocess.Popen([sys.executable, *args, f"output-dir={out}"], cwd=cwd,
-                             env=environment(), stdout=subprocess.DEVNULL,
+                             env=environment(tree), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
     stderr = child.stderr.read()
     _, status, usage = os.wait4(child.pid, 0)
@@ -91,58 +96,72 @@ def phases(timings: dict[str, float], wall: float) -> dict[str, float]:
             "outside_run": wall - timings["total"]}
 
 
-def measure(runs: int, work: Path) -> tuple[list[dict], list[float]]:
-    """Median figures per command, the two commands alternating run by run."""
-    samples: dict[str, list[dict]] = {name: [] for name in COMMANDS}
+def measure(trees: dict[str, Path], runs: int, work: Path) -> tuple[list[dict], list[float]]:
+    """Median figures per tree and command, all alternating run by run."""
+    samples = {(tree, name): [] for tree in trees for name in COMMANDS}
     loads = [os.getloadavg()[0]]
     for i in range(runs):
-        for name, args in COMMANDS.items():
-            samples[name].append(run_once(args, work / f"{len(samples[name])}-{i}-{name[:4]}",
-                                          work))
+        for (label, name), done in samples.items():
+            out = work / f"{label}-{name[:4]}-{i}"
+            done.append(run_once(COMMANDS[name], out, work, trees[label]))
             loads.append(os.getloadavg()[0])
-            print(name, {k: round(v, 3) for k, v in samples[name][-1].items()}, flush=True)
+            print(label, name, {k: round(v, 3) for k, v in done[-1].items()}, flush=True)
     rows = []
-    for name, runs_of in samples.items():
+    for (label, name), runs_of in samples.items():
         walls = [r["wall_s"] for r in runs_of]
         rows.append({
-            "command": name, "runs": len(runs_of),
+            "tree": label, "command": name, "runs": len(runs_of),
             "median_s": round(statistics.median(walls), 2),
             "min_s": round(min(walls), 2), "max_s": round(max(walls), 2),
             "cpu_s": round(statistics.median(r["cpu_s"] for r in runs_of), 2),
             "peak_rss_mib": round(statistics.median(r["peak_rss_mib"] for r in runs_of)),
             **{f"{p}_s": round(statistics.median(r[p] for r in runs_of), 3) for p in PHASES},
         })
+    for row in rows:
+        none = next(r for r in rows if r["tree"] == row["tree"] and r["command"] == "tuning=none")
+        row["ratio_to_none"] = round(row["median_s"] / none["median_s"], 3)
     return rows, loads
+
+
+def _commit(tree: Path) -> str:
+    """The tree's short commit, marked ``+`` with uncommitted changes in fedkmeans/."""
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "fedkmeans"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return commit + ("+" if dirty else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--base", type=Path, default=None,
+                        help="checkout of an earlier commit, measured alternately ('before')")
     args = parser.parse_args()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "fedkmeans")],
-                   check=True, capture_output=True)  # no run pays for byte-compiling
+    trees = {"before": args.base.resolve()} if args.base else {}
+    trees["after" if args.base else "this"] = ROOT
+    for tree in trees.values():  # no run pays for byte-compiling
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "fedkmeans")],
+                       check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as tmp:
-        rows, loads = measure(args.runs, Path(tmp))
-    auto, none = rows
-    ratio = auto["median_s"] / none["median_s"]
-    for row in rows:
-        row["ratio_to_none"] = round(row["median_s"] / none["median_s"], 3)
+        rows, loads = measure(trees, args.runs, Path(tmp))
     write_csv(OUT / "default-run.csv", rows)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "fedkmeans"],
-                           capture_output=True, text=True, check=False).stdout.strip()
+    label = "after" if args.base else "this"
+    auto = next(r for r in rows if r["tree"] == label and r["command"] != "tuning=none")
+    ratio = auto["ratio_to_none"]
+    commits = ", ".join(f"*{name}* = {_commit(tree)}" for name, tree in trees.items())
     lines = [
-        f"Measured by `python benchmarks/default_run.py --runs {args.runs}` at {commit}"
-        + (" (with uncommitted changes in fedkmeans/)" if dirty else "")
-        + f", on {os.cpu_count()} cores. The command (issue 37's default run):",
+        f"Measured by `python benchmarks/default_run.py --runs {args.runs}"
+        + (" --base <checkout>`" if args.base else "`")
+        + f" ({commits}), on {os.cpu_count()} cores. The command (issue 37's default run):",
         "",
         "    python -m fedkmeans.experiment privacy.epsilon=3.13 optimal-cost=skip "
         "output-dir=<fresh>",
         "",
         "(the paper's mixture at data-point level, 100 clients x 1000 points, every other "
-        "setting at its default, tuning=auto) and the same with `tuning=none`, alternating "
-        f"run by run; whole process, median of {args.runs} fresh processes each; CPU time "
+        "setting at its default, tuning=auto) and the same with `tuning=none`, every tree "
+        "and command alternating run by run; whole process, median of "
+        f"{args.runs} fresh processes each; CPU time "
         "(user + system) and peak RSS are the child's (wait4). Phases are medians of the "
         "server's own timings (diagnostics.json): `tuning_simulation` is the tuning "
         "without the estimate round (public simulation and calibration), `outside_run` "
@@ -156,7 +175,7 @@ def main() -> None:
         "",
         *markdown_table(rows),
         "",
-        "Acceptance (issue 37):",
+        f"Acceptance (issue 37), *{label}*:",
         "",
         f"- default run median {auto['median_s']} s <= {MAX_MEDIAN_S} s: "
         + ("met" if auto["median_s"] <= MAX_MEDIAN_S else "NOT met"),

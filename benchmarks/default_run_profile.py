@@ -74,7 +74,7 @@ def main() -> None:
         out = Path(tmp) / "run"
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), *command,
-                        f"output-dir={out}"], env={**environment(), "PYTHONPATH": str(tree)},
+                        f"output-dir={out}"], env=environment(tree),
                        cwd=tmp, check=True,
                        capture_output=True)
         wall = time.perf_counter() - start

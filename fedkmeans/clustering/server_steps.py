@@ -154,7 +154,10 @@ def kmeans(
     -------
     ndarray of shape (k, d)
     """
-    from sklearn.cluster import KMeans  # not at import: ~2 s with the pandas it loads
+    from fedkmeans.clustering.scikit import load_sklearn
+
+    load_sklearn()  # without pandas
+    from sklearn.cluster import KMeans  # not at import: ~1 s
 
     model = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
     with _threads_for(points.size):
