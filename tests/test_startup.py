@@ -106,3 +106,10 @@ def test_pandas_still_loads_after_scikit_learn_did_without_it():
     statement = ("from fedkmeans.clustering.scikit import load_sklearn; load_sklearn(); "
                  "import sklearn.cluster, pandas; assert pandas.DataFrame")
     assert loaded_after(statement, ("pandas", "sklearn")) == ["pandas", "sklearn"]
+
+
+def test_import_experiment_loads_neither_the_server_nor_flower():
+    # The preflight's radius check reads the algorithm registry when it runs: at import
+    # the server's context, its pool and flwr.app (0.44 s) stay unloaded.
+    watched = ("flwr.app", "fedkmeans.server.context", "fedkmeans.algorithms")
+    assert loaded_after("import fedkmeans.experiment", watched) == []
