@@ -242,9 +242,8 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
         timing += (f"; a full run ({full_jobs()} runs: every federation, both levels, eps "
                    f"{', '.join(f'{e:g}' for e in EPSILONS)}, {SEEDS} seeds) would take about "
                    f"{full_jobs() * per_run / 60:.0f} min at this rate")
-    title = ("**PRELIMINARY** (on the code before the fixes of the data-point server clip "
-             "and of the n_max estimate; the full benchmark is rerun after them). "
-             if args.preliminary else "")
+    title = ("**PRELIMINARY** (a subset or one seed; the full benchmark's files are "
+             "federations.{md,csv}). " if args.preliminary else "")
     how = "Redrawn from the csv by" if args.from_csv else "Measured by"
     return (f"{title}{how} `{command}` on commit {args.commit} (in-process, secret "
             "noise, delta = 1e-6; only the data file and k given, tuning=auto). Cells: "

@@ -92,6 +92,7 @@ def optimal_cost_memory(clients: int, points: int, dim: int, how: str) -> dict:
     import sklearn.cluster  # noqa: F401
 
     from fedkmeans import evaluation, metrics
+    from fedkmeans.clustering import optimal
     from fedkmeans.config import parse_config
     from fedkmeans.data import load_pooled
 
@@ -103,7 +104,7 @@ def optimal_cost_memory(clients: int, points: int, dim: int, how: str) -> dict:
 
         x = load_pooled(config)[0]
         model = KMeans(n_clusters=config.k, n_init=config.optimal_restarts,
-                       random_state=metrics._sklearn_random_state(config.seed)).fit(x)
+                       random_state=optimal._sklearn_random_state(config.seed)).fit(x)
         return metrics.kmeans_cost(x, model.cluster_centers_)
 
     def now() -> float:

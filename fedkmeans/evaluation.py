@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from fedkmeans import metrics
+from fedkmeans.clustering import optimal
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.catalog import dataset
 from fedkmeans.server.pool import ClientPool
@@ -91,7 +92,7 @@ def optimal_cost(config: ExperimentConfig) -> float | None:
     if x is None:
         return None
     # an array built here is centered in place by scikit-learn (no copy of the data)
-    cost, _ = metrics.optimal_cost(
+    cost, _ = optimal.optimal_cost(
         x, config.k, seed=config.seed, n_init=config.optimal_restarts, overwrite_x=owned
     )
     del x

@@ -572,11 +572,19 @@ class NodeData:
 
         :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
         privacy.check-clip``, then at client level each client's value clipped to
-        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`).
+        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
+        before the clip to the data radius (mapped by the public transform, the space
+        of A and B): the clip at tau alone bounds the sensitivity, and the cost the
+        run reports is on those points (the radius clip moved the comparison away
+        from it where a few high-variance features carry the cost).
         """
         from fedkmeans.stages.check import check_clip_of, cost_differences
 
-        x, owner = self._pooled(clients)
+        clients = list(clients)
+        owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
+        segments = [seg if mapped else self.transform.apply(seg)
+                    for seg, mapped in self._original_segments(clients)]
+        x = np.concatenate(segments) if segments else np.zeros((0, self.dim))
         rows = cost_differences(x, owner, len(clients), centers, alternative,
                                 check_clip_of(self.config.privacy))
         return {"cost_difference": self._clip_rows("cost_difference", rows)}

@@ -22,6 +22,10 @@ def test_cost_differences_by_hand():
     np.testing.assert_array_equal(out, [[0.0], [10.0], [-3.0]])
     np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, math.inf),
                                   [[0.0], [51.0], [-3.0]])
+    # a point whose squared distances overflow (as loaded, before the radius clip) counts 0
+    far = np.vstack([points, [[1e200, 0.0]]])
+    np.testing.assert_array_equal(
+        cost_differences(far, np.append(owner, 2), 3, a, b, tau=10.0), [[0.0], [10.0], [-3.0]])
 
 
 def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers():
@@ -139,3 +143,23 @@ def test_without_noise_the_check_does_not_run(small_config):
                         "output-dir": small_config["output-dir"] + "-checked"})
     assert "check" not in checked
     np.testing.assert_array_equal(plain["centers"], checked["centers"])
+
+
+def test_the_clients_compare_on_their_points_before_the_radius_clip(tmp_path):
+    from fedkmeans.node import NodeData
+
+    path = tmp_path / "two.npz"
+    np.savez(path, x=np.array([[3.0, 0.0], [0.0, 0.5], [-4.0, 0.0]]),
+             client=np.array([0, 0, 1]), server_x=np.array([[0.0, 0.0], [1.0, 1.0]]))
+    config = parse_config({"data.name": "npz", "data.path": str(path), "k": 1,
+                           "privacy.data-radius": 2.0, "privacy.check-share": 0.1,
+                           "privacy.check-clip": 20.0})
+    node = NodeData.load(config, 0, 1)
+    assert node.clipped_clients == {0, 1}  # (3, 0) -> (2, 0) and (-4, 0) -> (-2, 0)
+    a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
+    # as loaded: 9 - 0, 0.25 - 9.25, 16 - 49 -> clipped to [-20, 20]: 0 and -20
+    # (on the radius-clipped points client 0 would send (4 - 1) + (0.25 - 9.25) = -6)
+    out = node.cost_differences([0, 1], a, b)["cost_difference"]
+    np.testing.assert_array_equal(out, [[0.0], [-20.0]])
+    np.testing.assert_array_equal(node.cost_differences([1], a, b)["cost_difference"],
+                                  [[-20.0]])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedkmeans.clustering.optimal import optimal_cost
 from fedkmeans.data.mixture import (
     mixture_client,
     mixture_means,
     mixture_pooled,
     mixture_server,
 )
-from fedkmeans.metrics import optimal_cost
 
 SMALL = {"k": 3, "dim": 4, "n_points": 50}
 

@@ -6,6 +6,9 @@ here, so in CI (python -m pytest).
 
 from __future__ import annotations
 
+import ast
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,3 +39,42 @@ def test_the_architecture_page_lists_the_layers_of_the_contract():
         for module in layer.replace(":", "|").split("|"):
             name = module.strip().removeprefix("fedkmeans.")
             assert f"`{name}" in page, f"docs/architecture.md does not name {name}"
+
+
+def _sides() -> dict[str, list[str]]:
+    """The library/harness contract: side -> its modules (optional ones unwrapped)."""
+    import tomllib
+
+    contract = next(c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "importlinter"]["contracts"] if c["id"] == "library-harness")
+    harness, library = ([m.strip().strip("()") for m in side.split(":")]
+                        for side in contract["layers"])
+    return {"harness": harness, "library": library}
+
+
+def test_the_architecture_picture_puts_each_module_on_its_side_of_the_contract():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    picture = page.split("## Layers", 1)[1].split("```mermaid", 1)[1].split("```", 1)[0]
+    for side, modules in _sides().items():
+        box = picture.split(f"subgraph {side}", 1)[1].split("\n    end", 1)[0]
+        missing = [m for m in modules if not re.search(rf"\b{re.escape(m)}\b", box)]
+        assert not missing, f"the {side} box of docs/architecture.md lacks {missing}"
+
+
+def test_the_library_loads_the_harness_only_as_the_registries_built_ins():
+    """No import reaches the harness (the contract); at run time, reading the attack and
+    engine registries to check a config loads their built-in modules, and nothing else."""
+    harness = set(_sides()["harness"])
+    code = ("import sys, fedkmeans.session, fedkmeans.config as c; "
+            "before = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}; "
+            "c.parse_config({}); "
+            "after = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}; "
+            "print(repr((sorted(before), sorted(after))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = map(set, ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert before & harness == set()
+    assert after & harness <= {"attacks", "engines"}

@@ -11,6 +11,7 @@ from sklearn.metrics import (
 )
 
 from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.clustering.optimal import optimal_cost
 from fedkmeans.metrics import (
     adjusted_rand_index,
     assign,
@@ -19,7 +20,6 @@ from fedkmeans.metrics import (
     hungarian_accuracy,
     kmeans_cost,
     normalized_mutual_info,
-    optimal_cost,
 )
 
 # Four points, two centers, all by hand.

@@ -123,16 +123,17 @@ def test_the_optimal_cost_computes_scikit_learn_s_tolerance_in_blocks(monkeypatc
     from sklearn.cluster import KMeans
 
     from fedkmeans import metrics
+    from fedkmeans.clustering import optimal
 
     calls = []
-    real = metrics._variance_mean
-    monkeypatch.setattr(metrics, "_variance_mean", lambda x: calls.append(1) or real(x))
+    real = optimal._variance_mean
+    monkeypatch.setattr(optimal, "_variance_mean", lambda x: calls.append(1) or real(x))
     monkeypatch.setattr(np, "var", lambda *a, **k: pytest.fail("np.var holds a copy"))
     x = np.random.default_rng(0).normal(size=(400, 3))
-    cost, centers = metrics.optimal_cost(x.copy(), 3, seed=1, n_init=2, overwrite_x=True)
+    cost, centers = optimal.optimal_cost(x.copy(), 3, seed=1, n_init=2, overwrite_x=True)
     monkeypatch.undo()
     assert calls
-    model = KMeans(3, n_init=2, random_state=metrics._sklearn_random_state(1)).fit(x)
+    model = KMeans(3, n_init=2, random_state=optimal._sklearn_random_state(1)).fit(x)
     np.testing.assert_allclose(centers, model.cluster_centers_, rtol=1e-9)
     assert abs(cost - metrics.kmeans_cost(x, model.cluster_centers_)) <= 1e-9 * cost
 
@@ -142,14 +143,14 @@ def test_the_optimal_cost_s_seeding_in_blocks_is_scikit_learn_s():
     from sklearn.cluster._kmeans import _kmeans_plusplus
     from sklearn.utils.extmath import row_norms
 
-    from fedkmeans import metrics
+    from fedkmeans.clustering import optimal
 
     rng = np.random.default_rng(4)
     x = rng.normal(size=(40_000, 20)) + rng.integers(0, 6, size=(40_000, 1))
     norms, weights = row_norms(x, squared=True), np.ones(x.shape[0])
     expected, _ = _kmeans_plusplus(x, 10, x_squared_norms=norms, sample_weight=weights,
                                    random_state=np.random.RandomState(7))
-    seeds = metrics._kmeans_plusplus_in_blocks(x, 10, norms, weights,
+    seeds = optimal._kmeans_plusplus_in_blocks(x, 10, norms, weights,
                                                np.random.RandomState(7))
-    assert x.shape[0] > metrics._LEAN_BLOCK_ENTRIES // x.shape[1]  # several blocks
+    assert x.shape[0] > optimal._LEAN_BLOCK_ENTRIES // x.shape[1]  # several blocks
     np.testing.assert_array_equal(seeds, expected)

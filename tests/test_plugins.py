@@ -128,3 +128,67 @@ def test_no_module_compares_an_algorithm_or_engine_name_with_a_string():
     assert pattern.search('if config.federation.engine == "flower":')
     assert pattern.search("if r.get('algorithm') in ('kfed', 'lloyds-nonprivate'):")
     assert pattern.search('for name in ("kfed", "sphere-packing"):').group(5)  # a loop
+
+
+def test_every_registry_of_the_project_is_the_one_implementation():
+    from fedkmeans.data.catalog import DATASETS
+    from fedkmeans.plugins import Registry
+    from fedkmeans.privacy.registry import MECHANISMS
+    from fedkmeans.stages.spec import STAGES
+
+    for registry in (ALGORITHMS, ATTACKS, ENGINES, DATASETS, STAGES, MECHANISMS):
+        assert type(registry) is Registry
+    assert MECHANISMS.names() == ("gaussian", "laplace")
+    assert {"covariance", "histogram", "centers", "lloyds", "estimate"} <= set(STAGES.names())
+    assert DATASETS.canonical("npz") == "file" and DATASETS["npz"] is DATASETS["file"]
+
+
+def test_a_registry_loads_its_built_ins_then_its_entry_points_once_on_first_read(monkeypatch):
+    from importlib import metadata
+
+    from fedkmeans.plugins import Registry
+
+    loads = []
+
+    class EntryPoint:
+        def load(self):
+            loads.append("plug-in")
+            shapes.register("hexagon", 6)
+
+    def entry_points(group):
+        assert group == "toy.shapes"
+        return [EntryPoint()]
+
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+
+    def builtins():
+        loads.append("built-ins")
+        shapes.register("triangle", 3, aliases=("trigon",))
+        shapes.register("square", 4)
+
+    shapes = Registry("shape", builtins, entry_points="toy.shapes")
+    assert loads == []  # nothing is loaded before the first read
+    assert shapes.names() == ("triangle", "square", "hexagon")
+    assert shapes["trigon"] == 3 and "trigon" in shapes and len(shapes) == 3
+    assert shapes.names() == ("triangle", "square", "hexagon") and loads == [
+        "built-ins", "plug-in"]
+    with pytest.raises(KeyError, match=r"no shape 'circle'; registered: \('triangle', "):
+        shapes["circle"]
+
+
+def test_a_registry_refuses_a_taken_name_or_alias_and_tells_each_subscriber_once():
+    from fedkmeans.plugins import Registry
+
+    shapes = Registry("shape")
+    seen = []
+    assert shapes.register("triangle", 3, aliases=("trigon",)) == 3
+    shapes.subscribe(seen.append)
+    shapes.register("square", 4)
+    shapes.register("square", 4)  # the same object again: a no-op
+    assert seen == [3, 4]
+    with pytest.raises(ValueError, match="a different shape is already registered as 'square'"):
+        shapes.register("square", 5)
+    with pytest.raises(ValueError, match=r"already registered as \['trigon'\]"):
+        shapes.register("trigon-2", 30, aliases=("trigon",))
+    assert shapes.names() == ("triangle", "square") and shapes.aliases() == {
+        "trigon": "triangle"}

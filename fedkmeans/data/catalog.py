@@ -24,14 +24,15 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["PARTITIONERS", "DataSettings", "Dataset", "Holdout", "RunConfig", "dataset",
-           "names", "options", "parse_holdout", "register", "subscribe"]
+from fedkmeans.plugins import Registry
+
+__all__ = ["DATASETS", "PARTITIONERS", "DataSettings", "Dataset", "Holdout", "RunConfig",
+           "dataset", "names", "options", "parse_holdout", "register", "subscribe"]
 
 
 #: The ``data.*`` keys of a run (``fedkmeans.config.DataConfig``); the data sets read
@@ -239,7 +240,7 @@ class Dataset:
     def holdout_allowed(self) -> str:
         """What ``data.holdout`` may be, in words."""
         if self.holdout is None:
-            real = [d.name for d in _specs().values() if d.holdout is not None]
+            real = [d.name for d in DATASETS.values() if d.holdout is not None]
             return (f"'' for data.name={self.name!r} (it selects server rows of a real data "
                     f"set: {sorted(real)})")
         return (f"'column=value' with column in {tuple(self.holdout.columns)} for "
@@ -255,10 +256,18 @@ class Dataset:
         return {option: {"data.name": self.name, **keys} for option, keys in presets.items()}
 
 
-_REGISTRY: dict[str, Dataset] = {}
-_ALIASES: dict[str, str] = {}
-_SUBSCRIBERS: list[Callable[[Dataset], None]] = []
-_LOADED = False
+def _import_builtin_modules() -> None:
+    """Import every module of :mod:`fedkmeans.data`: each registers its data sets."""
+    import fedkmeans.data as package
+
+    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        importlib.import_module(f"{package.__name__}.{module}")
+
+
+#: ``data.name`` (or an alias) -> :class:`Dataset`: the built-in modules of
+#: :mod:`fedkmeans.data` and the ``fedkmeans.datasets`` entry points, loaded on first read.
+DATASETS: Registry[Dataset] = Registry("data set", _import_builtin_modules,
+                                       entry_points="fedkmeans.datasets")
 
 
 def register(spec: Dataset) -> Dataset:
@@ -271,53 +280,27 @@ def register(spec: Dataset) -> Dataset:
     ValueError
         A different data set already holds its name or an alias.
     """
-    taken = {spec.name, *spec.aliases} & {*_REGISTRY, *_ALIASES}
-    if _REGISTRY.get(spec.name) is spec:
-        return spec
-    if taken:
-        raise ValueError(f"a different data set is already registered as {sorted(taken)}")
-    _REGISTRY[spec.name] = spec
-    _ALIASES.update({alias: spec.name for alias in spec.aliases})
-    for callback in _SUBSCRIBERS:
-        callback(spec)
-    return spec
+    return DATASETS.register(spec.name, spec, spec.aliases)
 
 
 def subscribe(callback: Callable[[Dataset], None]) -> None:
     """Call ``callback(spec)`` for every data set registered, now and later."""
-    _SUBSCRIBERS.append(callback)
-    for spec in _specs().values():
-        callback(spec)
-
-
-def _specs() -> dict[str, Dataset]:
-    """The registry, with the built-in modules and the plug-ins imported once."""
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True  # before the imports: their registrations read the registry
-        import fedkmeans.data as package
-
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"{package.__name__}.{module}")
-        for entry in metadata.entry_points(group="fedkmeans.datasets"):
-            entry.load()
-    return _REGISTRY
+    DATASETS.subscribe(callback)
 
 
 def names() -> tuple[str, ...]:
     """Every registered ``data.name``, in registration order."""
-    return tuple(_specs())
+    return DATASETS.names()
 
 
 def accepted() -> tuple[str, ...]:
     """Every value ``data.name`` accepts, sorted: the names, then the aliases."""
-    return (*sorted(_specs()), *sorted(_ALIASES))
+    return (*sorted(DATASETS.names()), *sorted(DATASETS.aliases()))
 
 
 def canonical(name: str) -> str:
     """The registered name of ``name`` (itself, or the name it is an alias of)."""
-    _specs()
-    return _ALIASES.get(name, name)
+    return DATASETS.canonical(name)
 
 
 def dataset(name: str) -> Dataset:
@@ -328,12 +311,10 @@ def dataset(name: str) -> Dataset:
     KeyError
         No data set has that name.
     """
-    try:
-        return _specs()[canonical(name)]
-    except KeyError:
-        raise KeyError(f"no data set {name!r}; registered: {names()}") from None
+    return DATASETS[name]
 
 
 def options() -> dict[str, dict[str, Any]]:
     """Every Hydra option of the ``dataset`` group -> the flat keys it sets."""
-    return {option: keys for spec in _specs().values() for option, keys in spec.options().items()}
+    return {option: keys for spec in DATASETS.values()
+            for option, keys in spec.options().items()}

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fedkmeans.plugins import Registry
 from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma
 from fedkmeans.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
 
@@ -125,8 +126,10 @@ LAPLACE = MechanismSpec(
     standalone_scale=lambda eps, delta, sensitivity: sensitivity / eps,
 )
 
-#: Every mechanism, by name.
-MECHANISMS: dict[str, MechanismSpec] = {m.name: m for m in (GAUSSIAN, LAPLACE)}
+#: Every mechanism, by name (both registered here, in this order).
+MECHANISMS: Registry[MechanismSpec] = Registry("mechanism")
+MECHANISMS.register(GAUSSIAN.name, GAUSSIAN)
+MECHANISMS.register(LAPLACE.name, LAPLACE)
 
 
 def mechanism(name: str) -> MechanismSpec:

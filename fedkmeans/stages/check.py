@@ -8,11 +8,18 @@ final centers, and B, k-means on its own data Q (:func:`server_only_centers`, th
     D_j = sum_{p in client j} clip(d(p, A)^2 - d(p, B)^2, -tau, tau),
 
 ``tau = privacy.check-clip`` (``auto``: the mean squared distance of Q to B, the
-scale on which one point's cost is typical; :func:`check_clip`). The server releases
-``sum_j D_j`` with Gaussian noise of standard deviation sigma and answers with A only
-if the noisy sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
-``1 - CHOICE_ERROR`` quantile), with B otherwise: post-processing of one release,
-accounted with the rest of the run. At epsilon = inf the round does not run (the
+scale on which one point's cost is typical; :func:`check_clip`), over the client's
+points before the clip to the data radius (mapped by the public transform, the space
+of A and B; ``NodeData.cost_differences``). The clip at tau alone bounds each term,
+so the radius clip is not needed for the sensitivity; on radius-clipped points the
+comparison is not the cost the run reports: with features on very different scales
+(make_blobs, k = 8, d = 10, scales 10^U(-1.5, 1.5), 6-17 % of the points outside the
+radius, client eps = 1) it kept protocol centers 1.11x and 1.82x optimal against the
+server's 1.02-1.03x; on the points before the clip, 0 of 5 seeds kept worse centers.
+The server releases ``sum_j D_j`` with Gaussian noise of standard deviation sigma
+and answers with A only if the noisy sum is below ``-z sigma`` (``z = CHOICE_STDS``,
+the standard normal ``1 - CHOICE_ERROR`` quantile), with B otherwise: post-processing of one
+release, accounted with the rest of the run. At epsilon = inf the round does not run (the
 non-private algorithm has no check).
 
 The bound this gives: whenever B's clipped cost on the clients' data is at most A's
@@ -114,13 +121,17 @@ def cost_differences(
     centers, alternative : ndarray of shape (k, d)
         A and B.
     tau : float
-        Per-point clip (``inf``: none).
+        Per-point clip (``inf``: none). A point whose squared distances to both sets
+        overflow (the difference ``inf - inf``) counts 0.
     """
     out = np.zeros(clients)
     for start in range(0, points.shape[0], BLOCK):
         x = points[start:start + BLOCK]
         diff = (squared_distances(x, centers).min(axis=1)
                 - squared_distances(x, alternative).min(axis=1))
+        # a point so far out that both squared distances overflow (inf - inf) counts 0;
+        # every term stays in [-tau, tau]
+        diff = np.nan_to_num(diff, nan=0.0, posinf=tau, neginf=-tau)
         out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -tau, tau),
                            minlength=clients)
     return out[:, None]

@@ -18,9 +18,10 @@ turns them into the planned releases the calibration splits the budget over
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fedkmeans.config import AUTO, PrivacyConfig
+from fedkmeans.plugins import Registry
 from fedkmeans.privacy.budget import StatisticBound, bound_of
 from fedkmeans.privacy.calibration import PlannedRelease
 from fedkmeans.stages.context import StageContext
@@ -154,48 +155,34 @@ class Stage:
         return out
 
 
-@dataclass
-class _Registry:
-    stages: dict[str, Stage] = field(default_factory=dict)
-    listeners: list[Callable[[Stage], None]] = field(default_factory=list)
-
-
-_REGISTRY = _Registry()
+#: Stage name (a ClientApp action) -> :class:`Stage`; importing :mod:`fedkmeans.stages`
+#: registers the built-in ones, and the ClientApp subscribes to serve every one.
+STAGES: Registry[Stage] = Registry("stage", "fedkmeans.stages")
 
 
 def register(new: Stage) -> Stage:
     """Add ``new`` to the table (and tell the listeners: the ClientApp serves it)."""
-    if new.name in _REGISTRY.stages and _REGISTRY.stages[new.name] is not new:
-        raise ValueError(f"a different stage is already registered as {new.name!r}")
-    _REGISTRY.stages[new.name] = new
-    for listener in _REGISTRY.listeners:
-        listener(new)
-    return new
+    return STAGES.register(new.name, new)
 
 
 def subscribe(listener: Callable[[Stage], None]) -> None:
     """Call ``listener(stage)`` for every registered stage, now and when one is added."""
-    _REGISTRY.listeners.append(listener)
-    for known in list(_REGISTRY.stages.values()):
-        listener(known)
+    STAGES.subscribe(listener)
 
 
 def stage(name: str) -> Stage:
     """The registered stage ``name`` (a ClientApp action)."""
-    try:
-        return _REGISTRY.stages[name]
-    except KeyError:
-        raise KeyError(f"no stage {name!r}; registered: {sorted(_REGISTRY.stages)}") from None
+    return STAGES[name]
 
 
 def stages() -> list[Stage]:
     """Every registered stage."""
-    return list(_REGISTRY.stages.values())
+    return STAGES.values()
 
 
 def stage_of_round(round_name: str) -> Stage:
     """The stage a round runs (``"lloyds-2"`` -> the Lloyds stage)."""
-    for known in _REGISTRY.stages.values():
+    for known in STAGES.values():
         if round_name == known.group or round_name.startswith(known.group + "-"):
             return known
     raise KeyError(f"no stage runs round {round_name!r}")
@@ -221,7 +208,7 @@ class _Bounds(Mapping):
     def __init__(self, privacy: PrivacyConfig) -> None:
         self._privacy = privacy
         self._statistics: dict[str, Statistic] = {}
-        for known in _REGISTRY.stages.values():
+        for known in STAGES.values():
             for s in known.statistics:
                 self._statistics.setdefault(s.name, s)
         self._cache: dict[str, StatisticBound] = {}

@@ -25,23 +25,32 @@ ledger already spent, and the next step: move it aside (``mv`` or
 :meth:`Checkpoint.move_aside`), which keeps the record of the budget already spent.
 Never delete a checkpoint: its ledger is the only record of what was released.
 """
-
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import shlex
-import time
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedkmeans.checkpoint.integrity import (
+    STATE_FILE,
+    CheckpointCorruptError,
+    CheckpointDataMismatchError,
+    CheckpointMismatchError,
+    aside_path,
+    corrupt,
+    load_round,
+    next_step,
+    read_state,
+    round_file_name,
+    round_files_on_disk,
+    spent_clause,
+    validate_format,
+)
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.fingerprint import (
     config_digest,
@@ -53,39 +62,16 @@ from fedkmeans.fingerprint import (
 )
 from fedkmeans.privacy.accountant import PrivacyAccountant
 
+__all__ = ["PLAN_FREE_ROUNDS", "STATE_FILE", "STATE_FORMAT", "Checkpoint",
+           "CheckpointCorruptError", "CheckpointDataMismatchError", "CheckpointMismatchError"]
+
 LOG = logging.getLogger(__name__)
 
-STATE_FILE = "state.json"
 #: Version of ``state.json``; 2 = bound to the data, with a record of every round file.
 STATE_FORMAT = 2
 #: Rounds that run before the plan exists (their outputs feed it): a checkpoint holding
 #: only these and no plan is resumed by resolving the plan again from them.
 PLAN_FREE_ROUNDS = ("estimate",)
-_UNKNOWN = "its ledger cannot be read, so the budget it already spent is unknown"
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint in the output directory cannot be resumed by this run.
-
-    Raised as such for a checkpoint of a different configuration; the subclasses
-    name the other reasons. Every message names the checkpoint, the epsilon its
-    ledger already records when that can be read, and the next step (move the
-    checkpoint aside, which keeps its ledger, or use a new output-dir).
-    """
-
-
-class CheckpointDataMismatchError(CheckpointMismatchError):
-    """The checkpoint was written for other data, or before checkpoints named their data."""
-
-
-class CheckpointCorruptError(CheckpointMismatchError):
-    """A checkpoint file is unreadable, missing, truncated or not what was written.
-
-    A subclass of :class:`CheckpointMismatchError` rather than a sibling: both mean
-    "this run cannot resume that checkpoint" and call for the same next step (move it
-    aside, keeping its ledger), so one ``except CheckpointMismatchError`` handles every
-    refusal, and it stays a ``ValueError`` like every other bad-input error.
-    """
 
 
 @dataclass
@@ -157,35 +143,35 @@ class Checkpoint:
         delta = config.privacy.delta
         state_path = directory / STATE_FILE
         if not state_path.exists():
-            orphans = _round_files_on_disk(directory)
+            orphans = round_files_on_disk(directory)
             if orphans:
-                raise _corrupt(
+                raise corrupt(
                     state_path, directory,
                     f"is missing but the folder holds round files ({', '.join(orphans)})",
                     "its ledger (the record of what was already released) is lost",
                     keeps_ledger=False,
                 )
             return cls(directory, digest, data=fingerprint, delta=delta)
-        state = _read_state(state_path, directory, delta)
-        spent = _spent(state, delta)
+        state = read_state(state_path, directory, delta)
+        spent = spent_clause(state, delta)
         if state["digest"] != digest:
             raise CheckpointMismatchError(
                 f"output-dir {directory.parent} holds a checkpoint of a different "
-                f"configuration ({directory}); {spent}; {_next_step(directory)}"
+                f"configuration ({directory}); {spent}; {next_step(directory)}"
             )
         if "data_digest" not in state:
             raise CheckpointDataMismatchError(
                 f"checkpoint {directory} predates data binding: its {STATE_FILE} records "
                 "no digest of the data, so this run cannot check that "
                 f"{describe_data(fingerprint)} is the data its rounds were computed on; "
-                f"{spent}; {_next_step(directory)}"
+                f"{spent}; {next_step(directory)}"
             )
-        _validate_format(state, state_path, directory, spent)
+        validate_format(state, state_path, directory, spent)
         if state["data_digest"] != data_digest(fingerprint):
             raise CheckpointDataMismatchError(
                 f"checkpoint {directory} was written for other data: "
                 f"{data_changes(state, fingerprint)}; resuming would mix releases about two "
-                f"data sets; {spent} on the old data; {_next_step(directory, data=True)}"
+                f"data sets; {spent} on the old data; {next_step(directory, data=True)}"
             )
         plan = state.get("plan")
         unplanned = [name for name in state["rounds"] if name not in PLAN_FREE_ROUNDS]
@@ -194,10 +180,10 @@ class Checkpoint:
                 f"checkpoint {directory} holds rounds {', '.join(unplanned)} but not the plan "
                 "they were calibrated for (written before plans were stored), so this run "
                 f"cannot resume them without risking the target epsilon; {spent}; "
-                f"{_next_step(directory)}"
+                f"{next_step(directory)}"
             )
         rounds = {
-            name: _load_round(directory, name, state["round_files"][name], spent)
+            name: load_round(directory, name, state["round_files"][name], spent)
             for name in state["rounds"]
         }
         if rounds:
@@ -226,7 +212,7 @@ class Checkpoint:
             that name is taken).
         """
         directory = Path(directory)
-        target = _aside_path(directory)
+        target = aside_path(directory)
         directory.rename(target)
         LOG.info("moved checkpoint %s aside to %s (its ledger is kept there)", directory, target)
         return target
@@ -249,7 +235,7 @@ class Checkpoint:
         self.rounds[name] = outputs
         self.ledger = accountant.state_dict()
         self.non_private = list(non_private)
-        array_path = self.directory / f"{_file_name(name)}.npz"
+        array_path = self.directory / f"{round_file_name(name)}.npz"
         tmp = array_path.with_suffix(".tmp.npz")
         np.savez(tmp, **outputs)
         self.round_files[name] = {
@@ -283,177 +269,3 @@ class Checkpoint:
         tmp_state = self.directory / (STATE_FILE + ".tmp")
         tmp_state.write_text(json.dumps(state))
         os.replace(tmp_state, self.directory / STATE_FILE)
-
-
-def _file_name(round_name: str) -> str:
-    return round_name.replace("/", "_")
-
-
-def _round_files_on_disk(directory: Path) -> list[str]:
-    """Names of round ``.npz`` files in ``directory`` (not half-written temporaries)."""
-    if not directory.is_dir():
-        return []
-    return sorted(
-        p.name for p in directory.glob("*.npz") if not p.name.endswith(".tmp.npz")
-    )
-
-
-def _aside_path(directory: Path) -> Path:
-    """A free ``<directory>.<timestamp>[-N]`` next to ``directory``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = directory.with_name(f"{directory.name}.{stamp}")
-    n = 1
-    while target.exists():
-        target = directory.with_name(f"{directory.name}.{stamp}-{n}")
-        n += 1
-    return target
-
-
-def _next_step(directory: Path, *, keeps_ledger: bool = True, data: bool = False) -> str:
-    """What to do with a checkpoint this run cannot resume (never: delete it)."""
-    move = f"mv {shlex.quote(str(directory))} {shlex.quote(str(_aside_path(directory)))}"
-    kept = " (its ledger stays there as the record of what was released)" if keeps_ledger else ""
-    step = (
-        f"to start fresh, move the checkpoint aside{kept} and rerun: {move} "
-        "(or fedkmeans.checkpoint.Checkpoint.move_aside), or use a new output-dir"
-    )
-    if data:
-        step += "; to resume instead, put the original data back"
-    return step
-
-
-def _spent(state: dict[str, Any], delta: float) -> str:
-    """The budget the checkpoint's ledger records, as a clause of an error message."""
-    non_private = state.get("non_private") or []
-    if non_private:
-        return (
-            f"its ledger records non-private releases ({', '.join(map(str, non_private))}), "
-            "so no finite epsilon covers what it already released"
-        )
-    ledger = state.get("ledger")
-    if ledger is None:
-        return "its ledger records no release yet"
-    try:
-        accountant = PrivacyAccountant.from_state_dict(ledger)
-    except (ValueError, KeyError, TypeError):
-        return _UNKNOWN
-    count = len(accountant.releases)
-    if not count:
-        return "its ledger records no release yet"
-    recorded = state.get("delta")
-    at = recorded if isinstance(recorded, float) and 0.0 < recorded < 1.0 else delta
-    try:
-        epsilon = accountant.get_epsilon(at)
-    except ValueError:
-        return f"its ledger records {count} releases already made"
-    eps = "inf" if math.isinf(epsilon) else f"{epsilon:.4g}"
-    return f"its ledger records {count} releases already made, epsilon={eps} at delta={at:g}"
-
-
-def _corrupt(
-    path: Path, directory: Path, problem: str, spent: str, *, keeps_ledger: bool | None = None
-) -> CheckpointCorruptError:
-    """The error for a damaged checkpoint file: the file, the problem, the next step."""
-    keeps = spent != _UNKNOWN if keeps_ledger is None else keeps_ledger
-    return CheckpointCorruptError(
-        f"checkpoint file {path} {problem}, so the checkpoint {directory} cannot be resumed; "
-        f"{spent}; {_next_step(directory, keeps_ledger=keeps)}"
-    )
-
-
-def _read_state(state_path: Path, directory: Path, delta: float) -> dict[str, Any]:
-    """The parsed ``state.json`` with its basic fields checked."""
-    unknown = _UNKNOWN
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _corrupt(
-            state_path, directory, f"cannot be read ({type(exc).__name__})", unknown
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise _corrupt(
-            state_path, directory, "is not valid JSON (truncated or overwritten: "
-            f"{exc.msg} at line {exc.lineno})", unknown,
-        ) from exc
-    if not isinstance(state, dict):
-        raise _corrupt(state_path, directory, "does not hold a JSON object", unknown)
-    problems = []
-    if not isinstance(state.get("digest"), str):
-        problems.append("'digest'")
-    rounds = state.get("rounds")
-    if not isinstance(rounds, list) or not all(isinstance(r, str) for r in rounds):
-        problems.append("'rounds'")
-    non_private = state.get("non_private")
-    if not isinstance(non_private, list) or not all(isinstance(s, str) for s in non_private):
-        problems.append("'non_private'")
-    ledger = state.get("ledger", "missing")
-    if ledger is not None:
-        try:
-            PrivacyAccountant.from_state_dict(ledger)
-        except (ValueError, KeyError, TypeError):
-            problems.append("'ledger'")
-    if problems:
-        spent = unknown if "'ledger'" in problems else _spent(state, delta)
-        raise _corrupt(
-            state_path, directory, f"has a missing or invalid {', '.join(problems)}", spent
-        )
-    return state
-
-
-def _validate_format(state: dict[str, Any], state_path: Path, directory: Path, spent: str) -> None:
-    """The fields of a data-bound (format 2) ``state.json``."""
-    problems = []
-    if not isinstance(state.get("data_digest"), str):
-        problems.append("'data_digest'")
-    files = state.get("data_files")
-    if not isinstance(files, list) or not all(
-        isinstance(f, dict) and isinstance(f.get("path"), str) for f in files
-    ):
-        problems.append("'data_files'")
-    round_files = state.get("round_files")
-    if not isinstance(round_files, dict) or not all(
-        isinstance(round_files.get(name), dict)
-        and isinstance(round_files[name].get("sha256"), str)
-        and isinstance(round_files[name].get("bytes"), int)
-        and isinstance(round_files[name].get("keys"), list)
-        for name in state["rounds"]
-    ):
-        problems.append("'round_files'")
-    if problems:
-        raise _corrupt(
-            state_path, directory, f"has a missing or invalid {', '.join(problems)}", spent
-        )
-
-
-def _load_round(
-    directory: Path, name: str, record: dict[str, Any], spent: str
-) -> dict[str, np.ndarray]:
-    """The arrays of round ``name``, checked against what was written."""
-    path = directory / f"{_file_name(name)}.npz"
-    if not path.is_file():
-        raise _corrupt(path, directory, f"(round {name}, listed in {STATE_FILE}) is missing",
-                       spent)
-    size = path.stat().st_size
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise ValueError("a single .npy array, not an .npz archive")
-        with loaded as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
-        what = (
-            f"is truncated ({size} of {record['bytes']} bytes, {type(exc).__name__})"
-            if size < record["bytes"]
-            else f"is not the .npz archive that was written ({type(exc).__name__})"
-        )
-        raise _corrupt(path, directory, f"(round {name}) {what}", spent) from exc
-    missing = sorted(set(record["keys"]) - set(arrays))
-    if missing:
-        raise _corrupt(path, directory, f"(round {name}) lacks key(s) {missing}", spent)
-    if file_sha256(path) != record["sha256"]:
-        raise _corrupt(
-            path, directory,
-            f"(round {name}) differs from what was written (sha256 {record['sha256'][:12]} "
-            "recorded)", spent,
-        )
-    return arrays

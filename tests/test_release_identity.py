@@ -1,0 +1,45 @@
+"""The release identity benchmark's configurations: valid, and covering what #36 asks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import release_identity  # noqa: E402
+
+from fedkmeans.config import parse_config, validate  # noqa: E402
+from fedkmeans.plugins import ALGORITHMS, ENGINES  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(release_identity.CONFIGS))
+def test_every_configuration_is_a_valid_reproducible_run(name, tmp_path):
+    config = parse_config(release_identity.flat_config(name, tmp_path))
+    validate(config)
+    assert config.privacy.reproducible_noise
+
+
+def test_the_configurations_cover_levels_secagg_baselines_and_engines(tmp_path):
+    configs = {name: parse_config(release_identity.flat_config(name, tmp_path))
+               for name in release_identity.CONFIGS if name not in release_identity.CONTROLS}
+    assert len(configs) >= 10
+    assert {c.privacy.level for c in configs.values()} == {"datapoint", "client"}
+    assert {c.federation.engine for c in configs.values()} == set(ENGINES.names())
+    secagg = {n for n, c in configs.items() if c.privacy.aggregation == "secagg"}
+    assert secagg and secagg <= set(release_identity.SEEDED_SHARES)
+    algorithms = {c.algorithm for c in configs.values()}
+    assert {"server-lloyds", "server-kmeans++", "sphere-packing", "kfed"} <= algorithms
+    assert algorithms <= set(ALGORITHMS.names())
+    assert "resume" in configs
+
+
+def test_only_listed_keys_are_stripped_and_a_difference_is_named():
+    release = b'{"centers": [[1.0]], "k": 1}'
+    assert release_identity.comparable(release) == release  # nothing stripped: raw bytes
+    stripped = release_identity.comparable(release, ("k",))
+    assert stripped == b'{\n "centers": [\n  [\n   1.0\n  ]\n ]\n}'
+    assert release_identity.differing_keys(release, b'{"centers": [[2.0]], "k": 1}') == [
+        "centers"]
