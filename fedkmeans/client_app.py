@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from flwr.clientapp import ClientApp
 
 from fedkmeans import data as data_access
 from fedkmeans.client import clipped_points, mount_source
-from fedkmeans.config import CLIENT_SETTINGS, parse_config
+from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, parse_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius, shard_ready
 
@@ -122,7 +123,7 @@ def node_data(context: Context, settings: dict | None = None, *,
         forget_clipping_warning()
         _RUN_KEY[:] = [data_key]
     key = (partition_id, num_partitions, data_path)
-    config = parse_config(run_config)
+    config = _parsed(tuple(sorted(run_config.items())))
     transform = PublicTransform.from_settings(settings)
     # a radius the server resolved (`auto`) is summarised once by the server, privately
     warn = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
@@ -153,6 +154,19 @@ def node_data(context: Context, settings: dict | None = None, *,
         _bound(data_key, key, cache_budget(config.federation.node_cache_mb,
                                            config.federation.engine), shared)
     return node
+
+
+@lru_cache(maxsize=8)
+def _parsed(items: tuple) -> ExperimentConfig:
+    """:func:`parse_config` of a run config's ``(key, value)`` items, once per settings.
+
+    Every request carries the run config and the resolved settings, which change a few
+    times per run (the estimate round, the resolved bounds); parsing and validating
+    them took 0.2 ms a request, 0.16 s of the default run's 800 requests (and its 100
+    registrations). The config is frozen, so one object serves every request with the
+    same items.
+    """
+    return parse_config(dict(items))
 
 
 def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
@@ -209,7 +223,7 @@ class RegistrySource:
         its ids and dimension without data: the node builds its clients when a round
         first asks for them, not here.
         """
-        config = parse_config(dict(context.run_config))
+        config = _parsed(tuple(sorted(context.run_config.items())))
         node_config = context.node_config
         dim = data_access.dataset(config.data.name).declared_dim(config)
         if dim is not None and not node_config.get("data-path"):
