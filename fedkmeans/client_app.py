@@ -156,17 +156,50 @@ def node_data(context: Context, settings: dict | None = None, *,
     if node is None:
         node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn,
                              clip=clip, transform=transform)
+    budget = cache_budget(config.federation.node_cache_mb, config.federation.engine)
+    _BUDGET[:] = [budget]
     if _NODES.get(key) is not node:
         _NODES[key] = node
         _NODES.move_to_end(key)
-        _bound(data_key, key, cache_budget(config.federation.node_cache_mb,
-                                           config.federation.engine), shared)
+        _bound(data_key, key, budget, shared)
     return node
 
 
-def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
-    """Spill the least recently used nodes until those in memory fit in ``budget``."""
+#: The last request's memory budget (:func:`cache_budget`), for
+#: :func:`keep_within_budget` after its computation.
+_BUDGET: list[int] = []
+
+
+def keep_within_budget() -> None:
+    """After a request: drop reusable rows until the nodes fit in the budget again.
+
+    A computation may keep rows for a later round (the estimate round's ``X^T X``
+    for step 1, :class:`~fedkmeans.node.reusable.ReusableRows`); those of the least
+    recently used nodes go first, the current node's last, so the bound holds however
+    large one node is (its points are spilled as before).
+    """
+    if not _BUDGET:
+        return
+    budget = _BUDGET[0]
     held = sum(n.nbytes for n in _NODES.values())
+    for node in list(_NODES.values()):  # least recently used first; the current last
+        if held <= budget:
+            return
+        held -= node.reusable.clear()
+
+
+def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
+    """Spill the least recently used nodes until those in memory fit in ``budget``.
+
+    The rows nodes keep for reuse go first (:func:`keep_within_budget`: a dropped row
+    is computed again), then the points of the least recently used nodes.
+    """
+    held = sum(n.nbytes for n in _NODES.values())
+    for other_key in list(_NODES):
+        if held <= budget:
+            return
+        if other_key != current:
+            held -= _NODES[other_key].reusable.clear()
     for other_key in list(_NODES):
         if held <= budget:
             break
@@ -187,6 +220,7 @@ def _forget_loaded() -> None:
     for node in _NODES.values():
         node.close()
     _NODES.clear()
+    _BUDGET.clear()
 
 
 def forget_clipping_warning() -> None:
@@ -256,6 +290,7 @@ def serve(stage: Stage) -> None:
         compute = stage.wire or stage.client
         with node_data(context, settings).resident() as node, one_blas_thread():
             stats = compute(node, clients.tolist(), {**settings, **arrays})
+        keep_within_budget()
         return _reply(msg, clients, stats)
 
     reply.__doc__ = f"Stage {stage.name!r} ({stage.group})."
@@ -305,6 +340,7 @@ def secagg_contribution(msg: Message, context: Context) -> Message:
     clients = payload[0].astype(int).tolist()
     with node_data(context, dict(settings)).resident() as node:
         stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
+    keep_within_budget()
     wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
     stats = {name: stats[name] for name in wanted}
     encoded = node.secagg_contribution(

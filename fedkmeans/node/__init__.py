@@ -105,6 +105,8 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         else:
             self.points = {c: transform.apply(x) for c, x in self.points.items()}
         self.transform = transform
+        self._norms = None  # of the points as they were
+        self.reusable.clear()
 
     def clip_to(self, radius: float | None, partition_id: int = 0, *,
                 warn: bool = True) -> None:
@@ -149,13 +151,19 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         Returns the clipped clients, their points' norms before the clip, and the
         numbers of clipped and of all points. Each client's rows go through
         :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so the bits do not depend on
-        where the points live.
+        where the points live. The norms of all points are those the node already
+        has (``all_norms``, or kept by the estimate round: no second pass) and stay
+        kept, as the points' norms before the clip; the rows kept for reuse of the
+        clients it clips are dropped (:class:`~fedkmeans.node.reusable.ReusableRows`).
         """
         clipped = total = 0
         clipped_clients, raw_norms = set(), {}
         if self._stacked is not None:  # the norms of all points at once
             if all_norms is None:
+                all_norms = self._raw_point_norms()
+            if all_norms is None:  # the file's points as built, mapped without norms
                 all_norms = np.linalg.norm(self._stacked, axis=1)
+            self._norms = all_norms
         for cid in self.client_ids.tolist():
             x = self.points.get(cid)
             if x is None:
@@ -175,6 +183,7 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
                 clipped += outside
                 clipped_clients.add(cid)
                 raw_norms[cid] = norms.copy()
+        self.reusable.forget(clipped_clients)
         return frozenset(clipped_clients), raw_norms, clipped, total
 
     def _clip_mapped(self, norms: np.ndarray | None) -> None:

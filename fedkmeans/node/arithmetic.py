@@ -20,8 +20,9 @@ client level each statistic is clipped here to its client bound
   (:mod:`fedkmeans.stages.estimate`, :mod:`fedkmeans.stages.check`).
 
 It reads from its host the run's ``config``, the hosted ``client_ids``, ``points``,
-``labels``, ``raw_norms``, ``clipped_clients``, ``transform``, ``data_path``,
-``dim`` and ``_pooled`` (:class:`fedkmeans.node.memory.NodeMemory`).
+``labels``, ``raw_norms``, ``clipped_clients``, ``transform``, ``data_path``, ``dim``,
+``_pooled``, the points' norms (``_raw_point_norms``, ``_rows_of``) and the rows kept
+for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
 """
 
 from __future__ import annotations
@@ -59,9 +60,20 @@ class StageArithmetic:
         flops of a product), read straight into the client's reply row, so no (d, d)
         stack exists. At client level each triangle is clipped by the Frobenius norm of
         its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
+        A client whose row the estimate round kept (its points unchanged since,
+        :attr:`~fedkmeans.node.memory.NodeMemory.reusable`) is not computed again: the
+        row is the same ``dsyrk`` of the same points, so the same bits.
         """
-        return {"covariance": self.clip_covariance_triangles(
-            self.raw_covariance_triangles(clients))}
+        if not len(self.reusable):
+            triangles = self.raw_covariance_triangles(clients)
+        else:
+            triangles = np.empty((len(clients), self.dim * (self.dim + 1) // 2))
+            missing = [i for i, c in enumerate(clients)
+                       if not self.reusable.take(c, triangles[i])]
+            if missing:
+                triangles[missing] = self.raw_covariance_triangles(
+                    [clients[i] for i in missing])
+        return {"covariance": self.clip_covariance_triangles(triangles)}
 
     def raw_covariance_triangles(self, clients: Sequence[int]) -> np.ndarray:
         """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2)."""
@@ -107,6 +119,7 @@ class StageArithmetic:
         so this equals :func:`~fedkmeans.clustering.projected_histogram` per client.
         """
         m, size = len(clients), projected_server.shape[0]
+        self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
         nearest = _assign(x @ basis.T, projected_server)
         hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
@@ -122,6 +135,7 @@ class StageArithmetic:
         :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client.
         """
         m, k = len(clients), centers.shape[0]
+        self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
         labels = _assign(x if basis is None else x @ basis.T, centers)
         # one-hot (client, cluster) x points: each row adds its points in their order
@@ -144,6 +158,7 @@ class StageArithmetic:
         """
         from fedkmeans.stages.check import check_clip_of, cost_differences
 
+        self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
         rows = cost_differences(x, owner, len(clients), centers, alternative,
                                 check_clip_of(self.config.privacy))
@@ -157,13 +172,22 @@ class StageArithmetic:
         many points a declared radius clips) and, at client level, ``||X^T X||_F`` of
         their points as loaded; at client level each row is then clipped to the
         stage's bound (a no-op for honest rows).
+
+        One pass over the points: their norms are the node's, computed once with
+        the points (and kept for the clip to the data radius); the ``X^T X``
+        triangles are kept for step 1 (:attr:`~fedkmeans.node.memory.NodeMemory.
+        reusable`), which takes those of the clients the clip leaves unchanged.
         """
         from fedkmeans.stages.estimate import client_rows
 
         _, owner = self._pooled(clients)
-        norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
-                                else np.linalg.norm(self.points[c], axis=1) for c in clients]
-                               or [np.zeros(0)])
+        all_norms = self._raw_point_norms()
+        if all_norms is not None:
+            norms = self._rows_of(all_norms, clients)
+        else:
+            norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
+                                    else np.linalg.norm(self.points[c], axis=1)
+                                    for c in clients] or [np.zeros(0)])
         sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
         moments = None
         level = self.config.privacy.level
@@ -171,6 +195,7 @@ class StageArithmetic:
             weights = triangle_weights(self.dim)
             triangles = self.raw_covariance_triangles(clients)
             moments = np.sqrt(np.maximum(triangles**2 @ weights, 0.0))
+            self.reusable.keep(clients, triangles)
         rows = client_rows(sizes, moments, norms, owner, level=level)
         return {"estimates": self._clip_rows("estimates", rows)}
 
@@ -200,6 +225,7 @@ class StageArithmetic:
     def local_centers(self, clients: Sequence[int], local_k: int) -> dict[str, np.ndarray]:
         """k-FED: each client's local k-means centers, shape (m, local_k, d). Non-private."""
         seed = self.config.seed
+        self.reusable.clear()  # kept for step 1 only
         stats = [
             local_kmeans_centers(self.points[c], local_k, integer_seed(seed, "kfed", c))
             for c in clients
@@ -241,6 +267,7 @@ class StageArithmetic:
         """
         k = centers.shape[0]
         clients = self.client_ids.tolist()
+        self.reusable.clear()  # kept for step 1 only
         cost, labels_of = 0.0, []
         for segment, mapped in self._original_segments(clients):
             for start in range(0, segment.shape[0], BLOCK):

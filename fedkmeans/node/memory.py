@@ -32,6 +32,7 @@ import numpy as np
 
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.transform import IDENTITY, PublicTransform
+from fedkmeans.node.reusable import ReusableRows
 from fedkmeans.spill_files import NamelessFiles, ShardFiles, private_dir, private_file
 
 
@@ -80,6 +81,11 @@ class NodeMemory:
         #: The radius ``clipped_clients`` were found for when the file was mapped.
         self._clip_known: float | None = None
         self._resident = 0
+        #: Every point's norm before the clip to the data radius, in stacked order
+        #: (:meth:`_raw_point_norms`: computed once, by the first pass that needs them).
+        self._norms: np.ndarray | None = None
+        #: Rows the estimate round computed that step 1 takes while the points are the same.
+        self.reusable = ReusableRows()
         #: The points are this node's own array (it may clip them in place).
         self._owned = False
         order = [c for c in self.client_ids.tolist() if c in self.points]
@@ -164,7 +170,7 @@ class NodeMemory:
         if self._labels_stacked is not None:
             arrays[_LABELS] = self._labels_stacked
         if self.radius is None:  # points as built: their norms, for the clip when mapped
-            arrays[_NORMS] = np.linalg.norm(self._stacked, axis=1)
+            arrays[_NORMS] = self._raw_point_norms()
         self._file_radius = self.radius
         self._free(NamelessFiles(arrays))
         return True
@@ -181,7 +187,7 @@ class NodeMemory:
 
     def _free(self, files: ShardFiles | NamelessFiles) -> None:
         self._spilled = files
-        self._stacked = self._labels_stacked = None
+        self._stacked = self._labels_stacked = self._norms = None
         self.points = {}
         if self.labels and all(y is not None for y in self.labels.values()):
             self.labels = {}
@@ -231,11 +237,10 @@ class NodeMemory:
             if self._spilled.has(_LABELS):
                 labels = np.asarray(self._spilled.array(_LABELS, "r"))
             self._adopt(self._order, self._offsets, points, labels)
+            if self._spilled.has(_NORMS):  # a file of points as built: their norms, no pass
+                self._norms = np.asarray(self._spilled.array(_NORMS, "r"))
             if clip:  # the file holds the points as built: clip them as load would
-                norms = None
-                if self._spilled.has(_NORMS):  # written with the file: no pass
-                    norms = self._spilled.array(_NORMS, "r")
-                self._clip_mapped(norms)
+                self._clip_mapped(self._norms)
         self._resident += 1
         try:
             yield self
@@ -252,15 +257,41 @@ class NodeMemory:
         """
         raise NotImplementedError
 
+    def _raw_point_norms(self) -> np.ndarray | None:
+        """Every point's norm before the clip to the data radius, shape (n,), in stacked order.
+
+        Computed by the first pass that needs them (the estimate round's norm
+        histogram, the clip to the data radius, a spill of points as built) and kept
+        while the points stay as mapped, so the node reads its points' norms once.
+        None when they cannot be had without a pass per client: a ragged node, or one
+        whose points were clipped before any norm was kept.
+        """
+        if self._norms is None and self._stacked is not None and self.radius is None:
+            self._norms = np.linalg.norm(self._stacked, axis=1)
+        return self._norms
+
+    def _rows_of(self, values: np.ndarray, clients: Sequence[int]) -> np.ndarray:
+        """The asked clients' rows of a per-point array in stacked order (a view if consecutive)."""
+        spans = [(self._offsets[i], self._offsets[i + 1])
+                 for i in (self._position[c] for c in clients)]
+        if all(a == b_prev for (a, _), (_, b_prev) in zip(spans[1:], spans[:-1], strict=True)):
+            return values[spans[0][0]:spans[-1][1]] if spans else values[:0]
+        return np.concatenate([values[a:b] for a, b in spans])
+
     @property
     def nbytes(self) -> int:
-        """Bytes of the hosted clients' points and labels held in memory (0 if spilled)."""
+        """Bytes this node holds in memory: points, labels, norms and reusable rows.
+
+        A spilled node holds only its reusable rows (:attr:`reusable`).
+        """
+        kept = self.reusable.nbytes
         if self._spilled is not None:
-            return 0
+            return kept
+        kept += 0 if self._norms is None else self._norms.nbytes
         if self._stacked is not None:
-            return self._stacked.nbytes + (0 if self._labels_stacked is None
-                                           else self._labels_stacked.nbytes)
-        return sum(x.nbytes for x in self.points.values()) + sum(
+            return kept + self._stacked.nbytes + (0 if self._labels_stacked is None
+                                                  else self._labels_stacked.nbytes)
+        return kept + sum(x.nbytes for x in self.points.values()) + sum(
             y.nbytes for y in self.labels.values() if y is not None)
 
     @property
@@ -311,7 +342,7 @@ def write_shard(path: Path, node: NodeMemory) -> None:
         save(_LABELS, node._labels_stacked)
     save(_OFFSETS, node._offsets)
     if node.radius is None:  # points as built: their norms, for the clip when mapped
-        save(_NORMS, np.linalg.norm(node._stacked, axis=1))
+        save(_NORMS, node._raw_point_norms())
     clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
     norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
     with private_file(tmp / _META) as f:
