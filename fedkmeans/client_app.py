@@ -148,12 +148,36 @@ def node_data(context: Context, settings: dict | None = None, *,
     if node is None:
         node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn,
                              clip=clip, transform=transform)
+    budget = cache_budget(config.federation.node_cache_mb, config.federation.engine)
+    _BUDGET[:] = [budget]
     if _NODES.get(key) is not node:
         _NODES[key] = node
         _NODES.move_to_end(key)
-        _bound(data_key, key, cache_budget(config.federation.node_cache_mb,
-                                           config.federation.engine), shared)
+        _bound(data_key, key, budget, shared)
     return node
+
+
+#: The last request's memory budget (:func:`cache_budget`), for
+#: :func:`keep_within_budget` after its computation.
+_BUDGET: list[int] = []
+
+
+def keep_within_budget() -> None:
+    """After a request: drop reusable rows until the nodes fit in the budget again.
+
+    A computation may keep rows for a later round (the estimate round's ``X^T X``
+    for step 1, :class:`~fedkmeans.node.reusable.ReusableRows`); those of the least
+    recently used nodes go first, the current node's last, so the bound holds however
+    large one node is (its points are spilled as before).
+    """
+    if not _BUDGET:
+        return
+    budget = _BUDGET[0]
+    held = sum(n.nbytes for n in _NODES.values())
+    for node in list(_NODES.values()):  # least recently used first; the current last
+        if held <= budget:
+            return
+        held -= node.reusable.clear()
 
 
 @lru_cache(maxsize=8)
@@ -170,8 +194,17 @@ def _parsed(items: tuple) -> ExperimentConfig:
 
 
 def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
-    """Spill the least recently used nodes until those in memory fit in ``budget``."""
+    """Spill the least recently used nodes until those in memory fit in ``budget``.
+
+    The rows nodes keep for reuse go first (:func:`keep_within_budget`: a dropped row
+    is computed again), then the points of the least recently used nodes.
+    """
     held = sum(n.nbytes for n in _NODES.values())
+    for other_key in list(_NODES):
+        if held <= budget:
+            return
+        if other_key != current:
+            held -= _NODES[other_key].reusable.clear()
     for other_key in list(_NODES):
         if held <= budget:
             break
@@ -192,6 +225,7 @@ def _forget_loaded() -> None:
     for node in _NODES.values():
         node.close()
     _NODES.clear()
+    _BUDGET.clear()
 
 
 def forget_clipping_warning() -> None:
@@ -236,6 +270,10 @@ class RegistrySource:
     def node(self, context: Context, settings: dict) -> NodeData:
         """:func:`node_data` under the request's settings."""
         return node_data(context, settings)
+
+    def after_request(self) -> None:
+        """:func:`keep_within_budget`: the rows kept for reuse stay within the bound."""
+        keep_within_budget()
 
     def evaluate(self, context: Context, settings: dict,
                  centers: np.ndarray) -> dict[str, np.ndarray]:
