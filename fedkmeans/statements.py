@@ -120,21 +120,26 @@ def centers_returned(result: dict[str, Any]) -> str:
 
 def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
                      estimates: PrivateEstimates | None) -> str:
-    """The run's clipping, for its summary line: the estimated share of points beyond Δ.
+    """The run's clipping, for its summary line: at most what share of points is beyond Δ.
 
-    From the estimate round's release (post-processing); '' without one. Says what to
-    set when a declared radius clips more than 5 % of the points.
+    From the estimate round's release (post-processing): an upper bound that holds
+    with probability at least 95 % (:meth:`~fedkmeans.tuning.estimates.PrivateEstimates.
+    outside_upper_bound`), so the line never under-states the clipping but with that
+    probability; '' without a release, and "cannot be bounded" when the release's
+    noise hides the total. Says what to set when a declared radius may clip more than
+    5 % of the points.
     """
     if estimates is None:
         return ""
     radius = float(config.privacy.data_radius)
-    outside = estimates.outside_fraction(radius)
-    if outside is None:
-        return ""
+    bound = estimates.outside_upper_bound(radius)
+    if bound is None:
+        return (f"; the share of points outside privacy.data-radius = {radius:.4g} cannot "
+                f"be bounded at the estimate round's noise")
     hint = ("; set privacy.data-radius=auto to estimate it"
-            if "data_radius" not in declared.privacy.auto_keys and outside > 0.05 else "")
-    return (f"; about {100 * outside:.1f}% of the points (private estimate) lie outside "
-            f"privacy.data-radius = {radius:.4g}{hint}")
+            if "data_radius" not in declared.privacy.auto_keys and bound > 0.05 else "")
+    return (f"; at most {100 * bound:.1f}% of the points (95% private upper bound) lie "
+            f"outside privacy.data-radius = {radius:.4g}{hint}")
 
 
 def summary_line(result: dict[str, Any], clipping: str, path: object) -> str:

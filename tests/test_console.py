@@ -91,7 +91,11 @@ def _masked(lines: list[str], out: Path) -> list[str]:
             continue
         line = line.replace(str(out), "<out>").replace(release["centers_from"], "<centers>")
         line = re.sub(r"epsilon \S+ of", "epsilon <spent> of", line)
-        line = re.sub(r"about \S+% of the points \(private estimate\)", "about <share>", line)
+        # the estimate round's noisy share beyond the radius (or that it cannot be bounded)
+        line = re.sub(r"; (at most \S+% of the points \(95% private upper bound\) lie "
+                      r"outside|the share of points outside) privacy.data-radius = \S+"
+                      r"( cannot be bounded at the estimate round's noise)?",
+                      "; <clipping>", line)
         masked.append(re.sub(r"node \d+", "node <id>", line))  # ids of the infrastructure
     return masked
 

@@ -291,3 +291,48 @@ def test_heavy_tailed_sizes_are_not_under_estimated():
     assert np.median(largest) == 4095
     counts = np.array([r.num_clients for r in rounds])  # a lower bound w.p. >= 0.99
     assert (counts <= 400).mean() >= 0.99 and counts.min() > 0.8 * 400
+
+
+def test_the_stated_share_beyond_the_radius_bounds_a_tail_the_floor_cleans_away():
+    # 1,000 points in [1, 2^0.25) and 120 in a thin tail: 3 in each of the 40 bins from
+    # norm 32 up, every one below the noise floor (sigma = 1), so the cleaned histogram
+    # reads 0 % beyond 2.0 while 120 / 1,120 = 10.7 % of the points are there
+    noisy = np.zeros(WIDTH)
+    noisy[NORM_SLICE.start + 80] = 1000.0
+    noisy[NORM_SLICE.start + 100:NORM_SLICE.start + 140] = 3.0
+    read = PrivateEstimates.read(noisy, 1.0, "datapoint", declared=0)
+    assert read.outside_fraction(2.0) == 0.0
+    # 76 bins reach beyond 2.0 (upper edges above it), 160 in all; z = 1.96 (2.5 % each)
+    z = 1.959963984540054
+    hand = (120.0 + z * math.sqrt(76)) / (1120.0 - z * math.sqrt(160))
+    assert read.outside_upper_bound(2.0) == pytest.approx(hand, rel=1e-12)
+    assert read.outside_upper_bound(2.0) == pytest.approx(0.12517, abs=5e-5)
+    assert read.outside_upper_bound(2.0) >= 120 / 1120
+    # beyond every bin: only the noise allowance of no bin; below every bin: all of them
+    assert read.outside_upper_bound(1e9) == 0.0
+    assert read.outside_upper_bound(1e-9) == 1.0
+
+
+def test_the_stated_share_is_not_below_the_truth_over_noise_draws():
+    # the same histogram with the noise drawn 400 times: the bound may be below the
+    # true share in at most 5 % of draws (here: in none, the union bound is loose)
+    truth = np.zeros(WIDTH)
+    truth[NORM_SLICE.start + 80] = 1000.0
+    truth[NORM_SLICE.start + 100:NORM_SLICE.start + 140] = 3.0
+    rng = np.random.default_rng(0)
+    sigma = 5.0
+    below = 0
+    for _ in range(400):
+        noisy = truth.copy()
+        noisy[NORM_SLICE] += rng.normal(0.0, sigma, NORM_SLICE.stop - NORM_SLICE.start)
+        bound = PrivateEstimates.read(noisy, sigma, "datapoint", declared=0)\
+            .outside_upper_bound(2.0)
+        below += bound is not None and bound < 120 / 1120
+    assert below <= 0.05 * 400
+
+
+def test_a_total_the_noise_hides_cannot_be_bounded():
+    noisy = np.zeros(WIDTH)
+    noisy[NORM_SLICE.start + 80] = 10.0
+    read = PrivateEstimates.read(noisy, 5.0, "datapoint", declared=0)
+    assert read.outside_upper_bound(2.0) is None  # 10 - 1.96 x 5 x sqrt(160) < 0

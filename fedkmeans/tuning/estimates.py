@@ -81,6 +81,9 @@ RADIUS_QUANTILE = 0.99
 #: Data-point level: the largest-size estimate is below the largest client size with at
 #: most this probability (module docstring, "The largest client size").
 MISS_PROBABILITY = 0.05
+#: The stated share of points beyond the data radius is above the true share except
+#: with at most this probability (:meth:`PrivateEstimates.outside_upper_bound`).
+OUTSIDE_ERROR = 0.05
 
 _PARTS = {"sizes": SIZE_SLICE, "moments": MOMENT_SLICE, "norms": NORM_SLICE}
 
@@ -338,6 +341,49 @@ class PrivateEstimates:
             low, high = edges[b], edges[b + 1]
             beyond += norms[b] * np.log(high / radius) / np.log(high / low)
         return float(beyond / total)
+
+    def outside_upper_bound(self, radius: float,
+                            error: float = OUTSIDE_ERROR) -> float | None:
+        """An upper bound on the share of points beyond ``radius``, w.p. >= 1 - error.
+
+        Read from the *noisy* norm bins, not the cleaned ones: a tail spread thinly
+        over many bins below the noise floor is cleaned away by :meth:`part` (so
+        :meth:`outside_fraction` can state a share far below the one the radius clips)
+        but its points are still beyond the radius. Each noisy bin is its count plus
+        independent N(0, sigma^2) noise, so with ``z = Phi^-1(1 - error / 2)``:
+
+        * the sum of the n bins that reach beyond ``radius`` (the bin that straddles
+          it counted whole) plus ``z sigma sqrt(n)`` is at least their true mass, and
+        * the sum of all B bins minus ``z sigma sqrt(B)`` is at most the true total,
+
+        each except with probability ``error / 2``; their ratio, clipped to [0, 1], is
+        at least the true share except with probability ``error`` (union bound).
+        Post-processing of the estimate round's release. None when the lower bound on
+        the total is not positive (the release cannot bound the share), or the round
+        released no norms.
+
+        Parameters
+        ----------
+        radius : float
+        error : float
+            In (0, 1).
+
+        Returns
+        -------
+        float or None
+            In [0, 1] (client level: the share per client, averaged over clients).
+        """
+        noisy = np.asarray(self.noisy[NORM_SLICE], dtype=np.float64)
+        if noisy.size == 0 or not np.isfinite(radius):
+            return None
+        z = float(-ndtri(error / 2))
+        edges = bin_edges("norms")
+        reach = edges[1:] > radius  # bins holding points beyond radius (straddling whole)
+        total_low = float(noisy.sum()) - z * self.sigma * np.sqrt(noisy.size)
+        if total_low <= 0:
+            return None
+        beyond_high = float(noisy[reach].sum()) + z * self.sigma * np.sqrt(reach.sum())
+        return float(min(1.0, max(0.0, beyond_high / total_low)))
 
     def to_dict(self) -> dict:
         """What ``release.json`` records of the read estimates (all post-processing)."""
