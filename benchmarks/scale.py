@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 from results_table import markdown_table, write_csv
+from scipy import sparse
 from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
@@ -222,8 +223,11 @@ def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int =
                                for i in range(0, data.shape[0], CHUNK)])  # not fit
 
     def sums_counts(data: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        # one sparse one-hot product: one pass over the data (boolean masks copy it k times)
+        onehot = sparse.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                                   shape=(k, labels.size))
         np.bincount(labels, minlength=k)
-        return np.stack([data[labels == r].sum(axis=0) for r in range(k)])
+        return np.asarray(onehot @ data)
 
     np.sqrt(np.einsum("ij,ij->i", x, x))  # the estimate round: every point's norm
     basis = top_eigenvectors(x.T @ x, k)  # step 1
@@ -238,8 +242,9 @@ def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int =
         centers = sums_counts(x, nearest(x, centers)) + 1.0
     if check:  # the check: both center sets
         nearest(x, centers), nearest(x, centers[::-1].copy())
-    labels = nearest(x, centers)  # the evaluation: nearest center and cost
-    float(np.sum((x - centers[labels]) ** 2))
+    labels = nearest(x, centers)  # the evaluation: nearest center and cost, in chunks
+    sum(float(np.sum((x[i:i + CHUNK] - centers[labels[i:i + CHUNK]]) ** 2))
+        for i in range(0, x.shape[0], CHUNK))
     pooled = time.perf_counter() - start
     del x, projected
     rows, cols = np.triu_indices(dim)
@@ -359,9 +364,10 @@ def main() -> None:
                     result = run(overrides)
                 wall = time.perf_counter() - start
                 t = result["timings"]
-                steps = int(result["config"].get("privacy.lloyds-steps", 0))
+                steps = result["config"].get("privacy.lloyds-steps", 0)
                 if "tuning" in result:
-                    steps = int(result["tuning"]["chosen"].get("lloyds_steps", steps))
+                    steps = result["tuning"]["chosen"].get("lloyds_steps", steps)
+                steps = int(steps)
                 pipeline = (steps, "check" in result)
                 lower, floor = None, None
                 if not args.no_lower_bound:  # in a child: the pooled data never stays here

@@ -65,6 +65,9 @@ class NodeSource(Protocol):
         to the data radius.
         """
 
+    def after_request(self) -> None:
+        """After a stage's computation (the rows a node keeps for reuse may be dropped)."""
+
 
 def one_blas_thread():
     """BLAS on one thread while a node computes.
@@ -119,6 +122,7 @@ def mount_source(app: ClientApp, source: NodeSource) -> None:
             compute = stage_.wire or stage_.client
             with source.node(context, settings).resident() as node, one_blas_thread():
                 stats = compute(node, clients.tolist(), {**settings, **arrays})
+            source.after_request()
             return Message(pack({"client_ids": clients, **stats}), reply_to=msg)
 
         reply.__doc__ = f"Stage {stage_.name!r} ({stage_.group})."
@@ -157,6 +161,7 @@ def mount_source(app: ClientApp, source: NodeSource) -> None:
         clients = payload[0].astype(int).tolist()
         with source.node(context, dict(settings)).resident() as node:
             stats = stage(str(settings[wire.SECAGG_STAGE])).client(node, clients, arrays)
+        source.after_request()
         wanted = [n for n in str(settings[wire.SECAGG_STATS]).split(",") if n]
         stats = {name: stats[name] for name in wanted}
         encoded = node.secagg_contribution(
@@ -218,6 +223,9 @@ class OwnPoints:
             node.clip_to(clip_radius(config), warn=False)
         self._nodes[context.node_id] = node
         return node
+
+    def after_request(self) -> None:
+        """Nothing to bound: the user's points stay as loaded, one node per id."""
 
     def evaluate(self, context: Context, settings: dict,
                  centers: np.ndarray) -> dict[str, np.ndarray]:

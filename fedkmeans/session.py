@@ -320,4 +320,8 @@ def import_what_the_rounds_use() -> None:
     that second out of the round timings (``estimate``, ``tuning``), as before.
     """
     import dp_accounting  # noqa: F401 - with scipy.signal and scipy.stats
-    import sklearn.cluster  # noqa: F401 - with pandas
+
+    from fedkmeans.clustering.scikit import load_sklearn
+
+    load_sklearn()  # scikit-learn without the pandas it does not use
+    import sklearn.cluster  # noqa: F401

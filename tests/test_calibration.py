@@ -153,3 +153,15 @@ PINNED_SCALES = {
 def test_calibrated_scales_are_pinned(name):
     releases = calibrate(PLANS[name], epsilon=1.0, delta=DELTA)
     assert [r.noise_scale for r in releases] == pytest.approx(PINNED_SCALES[name], rel=1e-9)
+
+
+def test_the_tunings_coarse_search_lands_on_the_analytic_gaussian():
+    # One Gaussian release alone at (1, 1e-6): its exact sigma is 4.225 per unit
+    # sensitivity (analytic Gaussian, Balle & Wang). The unverified search aims at a
+    # PLD epsilon in [0.993, 0.999] of the target, so at discretization 1e-2 (the
+    # tuning's candidates) sigma lies a little above 4.225, within 1 %, as at 1e-3.
+    plan = [PlannedRelease("one", "gaussian", 2.0, 1.0)]
+    for discretization in (1e-3, 1e-2):
+        (release,) = calibrate(plan, epsilon=1.0, delta=DELTA, verify=False,
+                               search_discretization=discretization)
+        assert 4.225 * 2.0 <= release.noise_scale <= 1.01 * 4.225 * 2.0

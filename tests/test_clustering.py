@@ -121,3 +121,35 @@ def test_sphere_packing_stays_in_the_box_and_is_seeded():
     assert a.shape == (6, 5) and np.all(a >= 0) and np.all(a <= 1)
     dists = np.linalg.norm(a[:, None] - a[None], axis=2)[np.triu_indices(6, 1)]
     assert dists.min() > 0.1
+
+
+def test_kmeans_on_a_small_problem_runs_on_one_openmp_thread_with_the_same_result():
+    from sklearn.cluster import KMeans
+    from threadpoolctl import ThreadpoolController
+
+    from fedkmeans.clustering import server_steps
+
+    seen = []
+
+    class Recording(KMeans):
+        def fit(self, *args, **kwargs):
+            seen.append([p["num_threads"] for p in
+                         ThreadpoolController().select(user_api="openmp").info()])
+            return super().fit(*args, **kwargs)
+
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(size=(50, 3)), rng.normal(size=(50, 3)) + 8.0])
+    direct = KMeans(n_clusters=2, n_init=10, random_state=3).fit(points).cluster_centers_
+    import sklearn.cluster
+
+    original = sklearn.cluster.KMeans
+    sklearn.cluster.KMeans = Recording
+    try:
+        centers = server_steps.kmeans(points, 2, seed=3)
+    finally:
+        sklearn.cluster.KMeans = original
+    assert seen and all(n == 1 for n in seen[0])  # 300 values: one thread
+    np.testing.assert_allclose(centers, direct, rtol=0, atol=1e-12)
+    assert server_steps.ONE_THREAD_MAX_VALUES == 1_000_000
+    # beyond the bound the default (no limit) is kept
+    assert not hasattr(server_steps._threads_for(1_000_001), "restore_original_limits")

@@ -163,3 +163,29 @@ def test_evaluation_reads_clipped_clients_original_points_and_the_rest_in_place(
     assert np.shares_memory(pooled, node.points[ids[1]])
     np.testing.assert_array_equal(pooled, np.concatenate([node.points[c] for c in ids[1:4]]))
     np.testing.assert_array_equal(owner, np.repeat([0, 1, 2], 20))
+
+
+def test_a_node_parses_a_run_config_once_per_settings_and_still_refuses_a_bad_one():
+    from flwr.app import Context, RecordDict
+
+    from fedkmeans import client_app
+    from fedkmeans.config import ConfigError, parse_config
+
+    flat = {"data.num-clients": 8, "data.points-per-client": 5, "data.dim": 3}
+
+    def context(run_config):
+        return Context(run_id=1, node_id=1, state=RecordDict(), run_config=run_config,
+                       node_config={"partition-id": 0, "num-partitions": 2})
+
+    try:
+        client_app.forget_nodes()
+        first = client_app.node_data(context(flat)).config
+        again = client_app.node_data(context(dict(reversed(flat.items())))).config
+        assert again is first and first == parse_config(flat)  # parsed once
+        radius = client_app.node_data(context(flat), {"privacy.data-radius": 2.5}).config
+        assert radius is not first and radius.privacy.data_radius == 2.5
+        for _ in range(2):  # an error is never cached as a config
+            with pytest.raises(ConfigError, match="data.dim"):
+                client_app.node_data(context({**flat, "data.dim": 0}))
+    finally:
+        client_app.forget_nodes()

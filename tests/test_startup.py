@@ -4,7 +4,8 @@ Each import runs in a fresh interpreter, with this checkout first on the path, a
 prints which of the heavy packages it loaded. The table readers and partitioners
 (pandas, pyarrow, Flower Datasets) load when a file is read, Ray with the flower
 engine, dp_accounting (scipy.signal, scipy.stats) when a ledger is accounted, and
-scikit-learn (which loads pandas) when k-means runs. ``benchmarks/startup.py``
+scikit-learn when k-means runs (without the pandas it would load:
+``fedkmeans.clustering.scikit``). ``benchmarks/startup.py``
 measures what this saves (docs/results/startup.md).
 """
 
@@ -90,3 +91,25 @@ def test_the_deferred_accounting_builds_the_same_events_and_plds(name):
                          value_discretization_interval=1e-3)
     assert built.get_epsilon_for_delta(1e-6) == direct.get_epsilon_for_delta(1e-6)
     assert np.isfinite(built.get_epsilon_for_delta(1e-6))
+
+
+def test_a_run_that_reads_no_table_loads_no_pandas(tmp_path):
+    # scikit-learn imports pandas when it is installed; k-means loads it without
+    # (fedkmeans.clustering.scikit), so a generated data set's run never loads it.
+    run = ("from fedkmeans.experiment import run; run(['optimal-cost=skip', "
+           "'data.num-clients=6', 'data.points-per-client=30', 'privacy.epsilon=3', "
+           f"'output-dir={tmp_path / 'run'}'])")
+    assert loaded_after(run, TABLES + ("sklearn",)) == ["sklearn"]
+
+
+def test_pandas_still_loads_after_scikit_learn_did_without_it():
+    statement = ("from fedkmeans.clustering.scikit import load_sklearn; load_sklearn(); "
+                 "import sklearn.cluster, pandas; assert pandas.DataFrame")
+    assert loaded_after(statement, ("pandas", "sklearn")) == ["pandas", "sklearn"]
+
+
+def test_import_experiment_loads_neither_the_server_nor_flower():
+    # The preflight's radius check reads the algorithm registry when it runs: at import
+    # the server's context, its pool and flwr.app (0.44 s) stay unloaded.
+    watched = ("flwr.app", "fedkmeans.server.context", "fedkmeans.algorithms")
+    assert loaded_after("import fedkmeans.experiment", watched) == []

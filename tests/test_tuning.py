@@ -269,3 +269,27 @@ def test_real_label_skew_sets_load_offline(name, clients, dim):
     pool_y, client_y = federation.server_pool_y, federation.y
     minority = np.isin(pool_y, minority_classes(client_y)).mean()
     assert minority < np.isin(client_y, minority_classes(client_y)).mean() / 2
+
+
+def test_the_simulated_pool_answers_in_messages_of_about_4096_points():
+    from fedkmeans.node import NodeData
+    from fedkmeans.tuning.simulation import CHUNK_POINTS, SimulatedFederation, SimulatedPool
+
+    rng = np.random.default_rng(0)
+    points = {j: rng.normal(size=(1000, 3)) for j in range(20)}
+    federation = SimulatedFederation(points, 0.2, rng.normal(size=(30, 3)))
+    config = parse_config({"data.dim": 3, "k": 2, "privacy.data-radius": 10.0})
+    ids = np.arange(20)
+    pool = SimulatedPool(NodeData(config, ids, points, dict.fromkeys(points)), federation)
+    # running counts 1000 ... 20000: clients 4, 8, 12, 16 pass 4096, 8192, 12288, 16384
+    assert CHUNK_POINTS == 4096
+    assert [m.tolist() for m in pool._messages(ids)] == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]
+    assert [m.tolist() for m in pool._messages(np.array([3, 0]))] == [[3, 0]]
+    basis = np.eye(3)[:2]
+    server = rng.normal(size=(30, 2))
+    replies = pool.query("histogram", ids, {"basis": basis, "projected_server": server},
+                         expected=None)
+    whole = pool.node.histogram(ids.tolist(), basis, server)["histogram"]
+    np.testing.assert_array_equal(replies.stats["histogram"], whole)  # integer counts
+    assert replies.stats["histogram"].sum() == 20_000

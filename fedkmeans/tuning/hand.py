@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.algorithms import algorithm
 from fedkmeans.config import AUTO, ConfigError, ExperimentConfig
 
 __all__ = ["MEDIAN", "check_declared_radius"]
@@ -42,6 +41,10 @@ def check_declared_radius(config: ExperimentConfig, server_x: np.ndarray) -> Non
         Naming ``privacy.data-radius``, the median norm and the value, on a private
         run that asks its clients something (a run with no client round clips nothing).
     """
+    # here, not at import: the algorithms load the server's context, its pool and Flower
+    # (0.44 s of `import fedkmeans.experiment`, which calls this before any run)
+    from fedkmeans.algorithms import algorithm
+
     radius = config.privacy.data_radius
     asks_clients = bool(algorithm(config.algorithm).init) or config.privacy.lloyds_steps != 0
     if radius == AUTO or not config.is_private or not asks_clients or server_x.shape[0] == 0:

@@ -127,7 +127,9 @@ def resolve_auto(
     # two threads in 0.85-1.2 s (thread start-up and contention dominate). The limit
     # covers only the runtimes loaded when it starts, and scikit-learn (its OpenMP) is
     # imported where k-means runs: load it first.
-    import sklearn.cluster  # noqa: F401
+    from fedkmeans.clustering.scikit import load_sklearn
+
+    load_sklearn()  # without pandas
 
     with threadpool_limits(limits=1):
         return _resolve_auto(config, server_x, estimates)

@@ -47,6 +47,9 @@ CLIP_QUANTILES = (0.5, 0.75, 1.0)
 REPS = 2
 #: Clients drawn by :func:`balanced_sums_ratio`.
 BALANCED_DRAWS = 64
+#: PLD discretization of the candidates' calibration (coarse, unverified: the
+#: simulation needs the noise scales only approximately; within 0.5 % of 1e-3's).
+SEARCH_DISCRETIZATION = 1e-2
 #: The client-level bounds (the check's clip is resolved on its own).
 CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
@@ -267,7 +270,8 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
     (scale / sensitivity), weight, group and sampling rate, so plans that differ only
     in their sensitivities (the client-level clip factor) share one calibration: it is
     done once with unit sensitivities and the scales are multiplied back. The
-    simulation needs the scales only approximately: the coarse search, unverified.
+    simulation needs the scales only approximately: the coarse search, unverified, at
+    :data:`SEARCH_DISCRETIZATION`.
     """
     p = config.privacy
     plan = algorithm(config.algorithm).release_plan(p, subspace=subspace)
@@ -281,7 +285,8 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
 
 @lru_cache(maxsize=64)
 def _calibrate_unit(plan: tuple, epsilon: float, delta: float) -> tuple:
-    return tuple(calibrate(plan, epsilon=epsilon, delta=delta, verify=False))
+    return tuple(calibrate(plan, epsilon=epsilon, delta=delta, verify=False,
+                           search_discretization=SEARCH_DISCRETIZATION))
 
 
 def _why(chosen, default, name: str) -> str:

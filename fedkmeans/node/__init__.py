@@ -1,0 +1,293 @@
+"""One node's clients: loaded once, mapped by the run's transform, clipped to the radius.
+
+A node hosts one or many (virtual) clients. :class:`NodeData` is the ClientApp's view
+of them, by job:
+
+* this module: what points the node holds -- loaded (only its own clients), mapped by
+  the public transform, clipped to the data radius, and re-aimed when the server's
+  settings change (:meth:`NodeData.retarget`);
+* :mod:`fedkmeans.node.memory` (:class:`~fedkmeans.node.memory.NodeMemory`): where the
+  points live -- one stacked array, spilled to files and mapped per request under
+  the process's memory bound;
+* :mod:`fedkmeans.node.arithmetic` (:class:`~fedkmeans.node.arithmetic.StageArithmetic`):
+  what each stage asks of the clients -- one row per requested client, stacked;
+* :mod:`fedkmeans.node.secagg` (:class:`~fedkmeans.node.secagg.SecAggEncoding`): the
+  node's encoded SecAgg+ input.
+
+Client-side privacy duties (the server re-clips anyway):
+
+* every point is mapped by the run's public transform (``(x - mu) / s`` from the
+  server's data, :mod:`fedkmeans.data.transform`) and then clipped to
+  ``privacy.data-radius`` before any statistic (here);
+* at client level, each client clips its own statistic to the configured bound
+  (:mod:`fedkmeans.node.arithmetic`);
+* with ``privacy.epsilon = inf`` nothing is clipped (the non-private algorithm);
+* with ``privacy.aggregation = secagg`` (:meth:`NodeData.secagg_contribution`) every
+  client also applies the server's bound and adds its own noise share, and the node
+  sends only the sum over its clients, encoded for SecAgg+.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from fedkmeans import data as data_access
+from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
+from fedkmeans.data.transform import IDENTITY, PublicTransform
+from fedkmeans.node.arithmetic import StageArithmetic
+from fedkmeans.node.memory import NodeMemory, shard_ready, write_shard
+from fedkmeans.node.secagg import SecAggEncoding
+from fedkmeans.privacy.clipping import clip_rows_l2
+
+__all__ = ["NodeData", "clip_radius", "shard_ready", "write_shard"]
+
+LOG = logging.getLogger(__name__)
+#: Partitions that logged clipping in this process (the first one warns).
+_CLIP_WARNED: list[int] = []
+
+
+class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
+    """The clients one node hosts, loaded once: their points as the run's stages see them.
+
+    Fields and storage: :class:`~fedkmeans.node.memory.NodeMemory`; the stages'
+    statistics: :class:`~fedkmeans.node.arithmetic.StageArithmetic`; the SecAgg+
+    input: :class:`~fedkmeans.node.secagg.SecAggEncoding`. Here: loading, the public
+    transform and the clip to the data radius.
+    """
+
+    @classmethod
+    def load(
+        cls, config: ExperimentConfig, partition_id: int, num_partitions: int,
+        data_path: str = "", *, warn: bool = True, clip: bool = True,
+        transform: PublicTransform = IDENTITY,
+    ) -> NodeData:
+        """Load only this node's clients (never another node's data).
+
+        The points are mapped by ``transform`` (:meth:`transform_to`), then clipped to
+        the data radius (:func:`clip_radius`), as :meth:`clip_to` does (``clip=False``:
+        left unclipped). ``warn``: log points
+        clipped to the data radius as a warning (the first node of the process; the
+        others, and every node when ``warn`` is False, at DEBUG).
+        """
+        ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
+        points, labels, owned = {}, {}, True
+        for cid, x, y, own in _clients(config, ids, data_path):
+            points[cid], labels[cid] = x, y
+            owned = owned and own
+        node = cls(config, ids, points, labels, data_path)
+        node._owned = node._owned or owned
+        node.transform_to(transform)
+        if clip:
+            node.clip_to(clip_radius(config), partition_id, warn=warn)
+        return node
+
+    def transform_to(self, transform: PublicTransform) -> None:
+        """Map the (untransformed, unclipped) points by ``transform``, before any clip.
+
+        The node's own block is mapped in place; a loader's arrays, which may be
+        shared, are replaced by mapped copies (the same bits).
+        """
+        if transform == self.transform:
+            return
+        if not self.transform.is_identity or self.radius is not None \
+                or self._spilled is not None:
+            raise ValueError("transform_to needs the node's points as loaded, in memory")
+        if self.points:
+            transform.check_dim(self.dim)
+        if self._stacked is not None:
+            stacked = self._stacked if self._owned else None
+            self._adopt(self._order, self._offsets, transform.apply(self._stacked, out=stacked),
+                        self._labels_stacked)
+            self._owned = True
+        else:
+            self.points = {c: transform.apply(x) for c, x in self.points.items()}
+        self.transform = transform
+        self._norms = None  # of the points as they were
+        self.reusable.clear()
+
+    def clip_to(self, radius: float | None, partition_id: int = 0, *,
+                warn: bool = True) -> None:
+        """Clip the (unclipped) points to ``radius`` (None: leave them as they are).
+
+        Points of the node's own block are clipped in place (the same bits as a clipped
+        copy); a loader's arrays, which may be shared, are replaced by clipped copies.
+        Records the clipped clients and their points' norms before the clip.
+        """
+        if radius is None:
+            return
+        if self.radius is not None or self._spilled is not None:
+            raise ValueError("clip_to needs the node's unclipped points in memory")
+        if self._stacked is not None and not self._owned:
+            self._adopt(self._order, self._offsets, self._stacked.copy(),
+                        self._labels_stacked)
+            self._owned = True
+        self.clipped_clients, self.raw_norms, clipped, total = self._clip_points(radius)
+        self.radius = float(radius)
+        if clipped and diagnostics_on_console():
+            # a count of the node's data: logged only with the operator's opt-in
+            # (fedkmeans.console), since a simulation's nodes log to the server's console;
+            # the server gets it from the non-private evaluation round only
+            # (diagnostics.json, metrics.clipped_points).
+            # One warning per process: a simulation's nodes share a few processes, and
+            # the server's summary line comes from the estimate round's release.
+            log = LOG.debug if _CLIP_WARNED or not warn else LOG.warning
+            _CLIP_WARNED.append(partition_id)
+            log(
+                NOT_PRIVATE + " node %d: %d of %d points (%.1f%%) lie outside "
+                "privacy.data-radius = %g and "
+                "were clipped onto it%s%s", partition_id, clipped, total, 100 * clipped / total,
+                radius, " -- every point: is data-radius far too small for this data?"
+                if clipped == total else "",
+                "" if log is LOG.debug else " (other nodes of this process log at DEBUG)",
+            )
+
+    def _clip_points(self, radius: float, all_norms: np.ndarray | None = None,
+                     ) -> tuple[frozenset, dict, int, int]:
+        """Clip every client's points to ``radius`` in place (a ragged node: copies).
+
+        Returns the clipped clients, their points' norms before the clip, and the
+        numbers of clipped and of all points. Each client's rows go through
+        :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so the bits do not depend on
+        where the points live. The norms of all points are those the node already
+        has (``all_norms``, or kept by the estimate round: no second pass) and stay
+        kept, as the points' norms before the clip; the rows kept for reuse of the
+        clients it clips are dropped (:class:`~fedkmeans.node.reusable.ReusableRows`).
+        """
+        clipped = total = 0
+        clipped_clients, raw_norms = set(), {}
+        if self._stacked is not None:  # the norms of all points at once
+            if all_norms is None:
+                all_norms = self._raw_point_norms()
+            if all_norms is None:  # the file's points as built, mapped without norms
+                all_norms = np.linalg.norm(self._stacked, axis=1)
+            self._norms = all_norms
+        for cid in self.client_ids.tolist():
+            x = self.points.get(cid)
+            if x is None:
+                continue
+            total += x.shape[0]
+            if self._stacked is not None:
+                i = self._position[cid]
+                norms = all_norms[self._offsets[i]:self._offsets[i + 1]]
+            else:
+                norms = np.linalg.norm(x, axis=1)
+            outside = int((norms > radius).sum())
+            if outside:
+                if self._stacked is not None:  # the client's own rows of the node's block
+                    x[...] = clip_rows_l2(x, radius)
+                else:
+                    self.points[cid] = clip_rows_l2(x, radius)
+                clipped += outside
+                clipped_clients.add(cid)
+                raw_norms[cid] = norms.copy()
+        self.reusable.forget(clipped_clients)
+        return frozenset(clipped_clients), raw_norms, clipped, total
+
+    def _clip_mapped(self, norms: np.ndarray | None) -> None:
+        """Clip the points just mapped from a file of points as built (copy-on-write).
+
+        The clients found clipped the last time the file was mapped at this radius are
+        clipped again, without a pass over the others; otherwise every client is
+        checked (with ``norms``, every point's norm, when the file has them) as
+        :meth:`clip_to` would.
+        """
+        if self._clip_known == self.radius:  # the same clients as last time
+            for cid in self.clipped_clients:
+                x = self.points[cid]
+                x[...] = clip_rows_l2(x, self.radius)
+            return
+        self.clipped_clients, self.raw_norms, _, _ = self._clip_points(self.radius, norms)
+        self._clip_known = self.radius
+
+    def aim(self, radius: float | None) -> bool:
+        """A spilled node of unclipped points: clip them to ``radius`` when mapped.
+
+        Returns False when the file's points were clipped to another radius (the node
+        must be loaded again).
+        """
+        if self._spilled is None or self._file_radius not in (None, radius):
+            return False
+        if radius != self.radius:
+            self.radius = radius
+            self.clipped_clients, self.raw_norms = frozenset(), {}
+            self._clip_known = None
+        return True
+
+    def retarget(self, config: ExperimentConfig, partition_id: int = 0, *,
+                 warn: bool = True, transform: PublicTransform = IDENTITY) -> NodeData | None:
+        """This node's data under ``config`` and ``transform`` (other client settings).
+
+        The server resolves the ``auto`` settings after the estimate round, so a node
+        is first asked with its points unclipped and then with a data radius: the
+        points are clipped then (in place, or from a spilled node's file into memory),
+        not generated again. A node loaded to register (as loaded, in memory) is
+        mapped by the run's transform when first asked. Returns None when the node
+        must be loaded again (its points were clipped to another radius, or mapped by
+        another transform, or spilled before the transform was known).
+        """
+        radius = clip_radius(config)
+        if transform != self.transform:
+            if self.radius is not None or self._spilled is not None \
+                    or not self.transform.is_identity:
+                return None
+            self.config = config
+            self.transform_to(transform)
+            self.clip_to(radius, partition_id, warn=warn)
+            return self
+        if radius == self.radius:
+            self.config = config
+            return self
+        if self._spilled is not None and self.aim(radius):  # clipped when mapped
+            self.config = config
+            return self
+        if self.radius is not None:
+            return None
+        node = self
+        if self._spilled is not None:  # read the unclipped file into this process
+            with self.resident():
+                stacked = np.array(self._stacked)
+                labels = None if self._labels_stacked is None else np.array(
+                    self._labels_stacked)
+                order, offsets = self._order, self._offsets
+            node = NodeData(config, self.client_ids, {}, dict(self.labels), self.data_path)
+            node._adopt(order, offsets, stacked, labels)
+            node._owned = True
+        node.config = config
+        node.clip_to(radius, partition_id, warn=warn)
+        return node
+
+
+def clip_radius(config: ExperimentConfig) -> float | None:
+    """The radius a node clips its points to under ``config``; None: not clipped.
+
+    Not clipped: no privacy, or a radius the server has yet to resolve (``auto``, before
+    the estimate round's release).
+    """
+    radius = config.privacy.data_radius
+    return float(radius) if config.is_private and radius != AUTO else None
+
+
+#: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
+def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
+    """Each hosted client's (id, points, labels, owned); views of one block if there is one.
+
+    ``owned``: the points are this node's own array (it may clip them in place).
+
+    A generated data set (the mixture) builds its clients straight into one array
+    (:meth:`~fedkmeans.data.catalog.Dataset.block`, bit-identical to one client at a
+    time), which the node then keeps as is.
+    """
+    block = (None if data_path or not ids.size
+             else data_access.dataset(config.data.name).block(config, ids))
+    if block is not None:
+        x, y, sizes = block
+        ends = np.cumsum(sizes)
+        for cid, end, size in zip(ids.tolist(), ends.tolist(), sizes.tolist(), strict=True):
+            yield cid, x[end - size:end], None if y is None else y[end - size:end], True
+        return
+    for cid in ids.tolist():
+        x, y = data_access.load_client(config, cid, data_path)
+        yield cid, x, y, False

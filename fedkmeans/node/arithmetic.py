@@ -1,0 +1,316 @@
+"""What each stage asks of a node's clients: per-client statistics, stacked.
+
+:class:`StageArithmetic` is the arithmetic half of :class:`fedkmeans.node.NodeData`:
+for the clients of one message it returns one row per client, stacked ``(m, ...)``,
+so the server clips, validates and (for a curious server) observes every client
+separately, exactly as with one client per node. The stages (:mod:`fedkmeans.stages`)
+name which method answers them. The points it reads are the node's, already mapped by
+the public transform and clipped to the data radius (:mod:`fedkmeans.node`); at
+client level each statistic is clipped here to its client bound
+(:func:`fedkmeans.stages.statistic_bounds`):
+
+* step 1 (:meth:`StageArithmetic.covariance_triangles`): a BLAS ``dsyrk`` per client
+  read straight into its upper-triangle row, each row clipped by the Frobenius norm of
+  its full matrix;
+* steps 2-3, the Lloyds steps and the evaluation assign all asked clients' points at
+  once, then split exact counts and in-order sums by client; at client level a
+  client's sums and counts are scaled by one common factor, so a clip never moves a
+  center (:meth:`StageArithmetic._clip_jointly`);
+* the estimate round and the final check each build one row per client
+  (:mod:`fedkmeans.stages.estimate`, :mod:`fedkmeans.stages.check`).
+
+It reads from its host the run's ``config``, the hosted ``client_ids``, ``points``,
+``labels``, ``raw_norms``, ``clipped_clients``, ``transform``, ``data_path``, ``dim``,
+``_pooled``, the points' norms (``_raw_point_norms``, ``_rows_of``) and the rows kept
+for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import sparse
+from scipy.linalg import blas
+
+from fedkmeans import data as data_access
+from fedkmeans.clustering import local_kmeans_centers
+from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
+from fedkmeans.clustering.distances import BLOCK
+from fedkmeans.privacy.clipping import clip_stacked, clip_upper_triangles, triangle_weights
+from fedkmeans.seeding import integer_seed
+from fedkmeans.stages import statistic_bounds
+
+
+class StageArithmetic:
+    """Per-stage statistics of the asked clients (a mixin of :class:`~fedkmeans.node.NodeData`)."""
+
+    def covariance(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
+        """Step 1 as full matrices, shape (m, d, d): :meth:`covariance_triangles` unfolded.
+
+        For the SecAgg+ path and the audits, which work on the (d, d) matrices.
+        """
+        triangles = self.covariance_triangles(clients)["covariance"]
+        return {"covariance": symmetric_from_upper(triangles, self.dim)}
+
+    def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
+        """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
+
+        Each client's ``X^T X`` is a BLAS ``dsyrk`` (only the upper triangle: half the
+        flops of a product), read straight into the client's reply row, so no (d, d)
+        stack exists. At client level each triangle is clipped by the Frobenius norm of
+        its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
+        A client whose row the estimate round kept (its points unchanged since,
+        :attr:`~fedkmeans.node.memory.NodeMemory.reusable`) is not computed again: the
+        row is the same ``dsyrk`` of the same points, so the same bits.
+        """
+        if not len(self.reusable):
+            triangles = self.raw_covariance_triangles(clients)
+        else:
+            triangles = np.empty((len(clients), self.dim * (self.dim + 1) // 2))
+            missing = [i for i, c in enumerate(clients)
+                       if not self.reusable.take(c, triangles[i])]
+            if missing:
+                triangles[missing] = self.raw_covariance_triangles(
+                    [clients[i] for i in missing])
+        return {"covariance": self.clip_covariance_triangles(triangles)}
+
+    def raw_covariance_triangles(self, clients: Sequence[int]) -> np.ndarray:
+        """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2)."""
+        d = self.dim
+        rows, cols = np.triu_indices(d)
+        upper = cols * d + rows  # (i, j), i <= j, in dsyrk's column-major result
+        out = np.zeros((len(clients), rows.size))
+        for i, c in enumerate(clients):
+            x = self.points[c]
+            if x.shape[0]:
+                second_moment = blas.dsyrk(1.0, x, trans=1, lower=0)
+                np.take(second_moment.T.reshape(-1), upper, out=out[i])
+        return out
+
+    def clip_covariance_triangles(self, triangles: np.ndarray) -> np.ndarray:
+        """Client level: each client's triangle clipped by its full matrix's Frobenius norm.
+
+        In place (the caller owns ``triangles``); unchanged at data-point level or
+        without privacy.
+        """
+        privacy = self.config.privacy
+        if self.config.is_private and privacy.level == "client":
+            bound = statistic_bounds(privacy)["covariance"].client_bound
+            return clip_upper_triangles(triangles, bound, self.dim, copy=False)
+        return triangles
+
+    def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
+        """Client level: clip each client's row of ``stacked`` (m, ...) on its own."""
+        privacy = self.config.privacy
+        if not self.config.is_private or privacy.level != "client":
+            return stacked
+        bound = statistic_bounds(privacy)[name]
+        norm = "l2" if bound.norm == "l2" else "l1_nonnegative"
+        return clip_stacked(stacked, bound.client_bound, norm)
+
+    def histogram(
+        self, clients: Sequence[int], basis: np.ndarray, projected_server: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Step 2: nearest-projected-server-point histogram per client, shape (m, |Q|).
+
+        Every asked client's points are assigned at once (in blocks of
+        :data:`BLOCK` points); the counts are then split by client (exact integers),
+        so this equals :func:`~fedkmeans.clustering.projected_histogram` per client.
+        """
+        m, size = len(clients), projected_server.shape[0]
+        self.reusable.clear()  # kept for step 1 only
+        x, owner = self._pooled(clients)
+        nearest = _assign(x @ basis.T, projected_server)
+        hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
+        return {"histogram": self._clip_rows("histogram", hist.astype(np.float64))}
+
+    def sums_counts(
+        self, clients: Sequence[int], centers: np.ndarray, basis: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """Step 3 (``basis`` given) or a Lloyds step: sums (m, k, d) and counts (m, k).
+
+        All asked clients' points are assigned at once; each (client, cluster) sum adds
+        that client's points in their order, as
+        :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client.
+        """
+        m, k = len(clients), centers.shape[0]
+        self.reusable.clear()  # kept for step 1 only
+        x, owner = self._pooled(clients)
+        labels = _assign(x if basis is None else x @ basis.T, centers)
+        # one-hot (client, cluster) x points: each row adds its points in their order
+        onehot = sparse.csr_matrix(
+            (np.ones(x.shape[0]), (owner * k + labels, np.arange(x.shape[0]))),
+            shape=(m * k, x.shape[0]),
+        )
+        sums = np.asarray(onehot @ x).reshape(m, k, self.dim)
+        counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
+        return self._clip_jointly(sums, counts.astype(np.float64))
+
+    def cost_differences(
+        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The final check: each client's clipped cost difference of A and B, (m, 1).
+
+        :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
+        privacy.check-clip``, then at client level each client's value clipped to
+        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
+        before the clip to the data radius (mapped by the public transform, the space
+        of A and B): the clip at tau alone bounds the sensitivity, and the cost the
+        run reports is on those points (the radius clip moved the comparison away
+        from it where a few high-variance features carry the cost).
+        """
+        from fedkmeans.stages.check import check_clip_of, cost_differences
+
+        self.reusable.clear()  # kept for step 1 only
+        clients = list(clients)
+        owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
+        segments = [seg if mapped else self.transform.apply(seg)
+                    for seg, mapped in self._original_segments(clients)]
+        x = np.concatenate(segments) if segments else np.zeros((0, self.dim))
+        rows = cost_differences(x, owner, len(clients), centers, alternative,
+                                check_clip_of(self.config.privacy))
+        return {"cost_difference": self._clip_rows("cost_difference", rows)}
+
+    def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
+        """The estimate round: each client's row of public-bin histograms, (m, width).
+
+        :func:`~fedkmeans.stages.estimate.client_rows` of the clients' sizes, their
+        points' norms before the clip to the data radius (so the server can tell how
+        many points a declared radius clips) and, at client level, ``||X^T X||_F`` of
+        their points as loaded; at client level each row is then clipped to the
+        stage's bound (a no-op for honest rows).
+
+        One pass over the points: their norms are the node's, computed once with
+        the points (and kept for the clip to the data radius); the ``X^T X``
+        triangles are kept for step 1 (:attr:`~fedkmeans.node.memory.NodeMemory.
+        reusable`), which takes those of the clients the clip leaves unchanged.
+        """
+        from fedkmeans.stages.estimate import client_rows
+
+        _, owner = self._pooled(clients)
+        all_norms = self._raw_point_norms()
+        if all_norms is not None:
+            norms = self._rows_of(all_norms, clients)
+        else:
+            norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
+                                    else np.linalg.norm(self.points[c], axis=1)
+                                    for c in clients] or [np.zeros(0)])
+        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        moments = None
+        level = self.config.privacy.level
+        if level == "client":
+            weights = triangle_weights(self.dim)
+            triangles = self.raw_covariance_triangles(clients)
+            moments = np.sqrt(np.maximum(triangles**2 @ weights, 0.0))
+            self.reusable.keep(clients, triangles)
+        rows = client_rows(sizes, moments, norms, owner, level=level)
+        return {"estimates": self._clip_rows("estimates", rows)}
+
+    def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+        """Client level: scale each client's sums and counts by one factor.
+
+        The factor ``min(1, C_sums / ||S_j||_F, C_counts / ||n_j||_1)`` brings both
+        within their bounds (so the sensitivities are those of separate clipping) and
+        keeps every ratio ``S_jr / n_jr``: clipping them separately would shrink one and
+        not the other and move every center ``m_r / n_r`` (a client whose counts are
+        clipped to half but whose sums are not doubles its pull).
+        """
+        privacy = self.config.privacy
+        if not self.config.is_private or privacy.level != "client":
+            return {"sums": sums, "counts": counts}
+        bounds = statistic_bounds(privacy)
+        sums_norm = np.sqrt(np.einsum("mkd,mkd->m", sums, sums))
+        counts_norm = np.abs(counts).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            factor = np.minimum.reduce([
+                np.ones(sums.shape[0]),
+                np.where(sums_norm > 0, bounds["sums"].client_bound / sums_norm, 1.0),
+                np.where(counts_norm > 0, bounds["counts"].client_bound / counts_norm, 1.0),
+            ])
+        return {"sums": sums * factor[:, None, None], "counts": counts * factor[:, None]}
+
+    def local_centers(self, clients: Sequence[int], local_k: int) -> dict[str, np.ndarray]:
+        """k-FED: each client's local k-means centers, shape (m, local_k, d). Non-private."""
+        seed = self.config.seed
+        self.reusable.clear()  # kept for step 1 only
+        stats = [
+            local_kmeans_centers(self.points[c], local_k, integer_seed(seed, "kfed", c))
+            for c in clients
+        ]
+        return {"centers": _stack(stats, (local_k, self.dim))}
+
+    def _original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
+        """The clients' points, in order, as few arrays as possible: ``(points, mapped)``.
+
+        Runs of consecutive clients whose points were not clipped are slices of the
+        stacked points (no copy; ``mapped``: still to be mapped back by the inverse of
+        ``transform``); a clipped client's original points are reloaded.
+        """
+        if self._stacked is None:
+            return [(self._original(c), False)
+                    if c in self.clipped_clients else (self.points[c], True) for c in clients]
+        segments, run = [], []
+        for c in clients + [None]:
+            if c is not None and c not in self.clipped_clients:
+                run.append(c)
+                continue
+            if run:
+                segments.append((self._pooled(run)[0], True))
+                run = []
+            if c is not None:
+                segments.append((self._original(c), False))
+        return segments
+
+    def _original(self, client: int) -> np.ndarray:
+        """One client's points as loaded (``originals``, else reloaded from the data set)."""
+        if self.originals is not None:
+            return self.originals(client)
+        return data_access.load_client(self.config, client, self.data_path)[0]
+
+    def evaluate(self, centers: np.ndarray) -> dict[str, np.ndarray]:
+        """NON-PRIVATE evaluation over all hosted clients (summed over the node).
+
+        Returns the summed squared distance to the nearest center, the number of
+        points, and, when labels exist, the label values and the contingency table
+        (n_labels, k) of labels against assigned clusters. ``centers`` are in the
+        data's own space: the points are evaluated as loaded (those of clipped clients
+        reloaded, the others mapped back by the inverse of ``transform``, block by
+        block).
+        """
+        k = centers.shape[0]
+        clients = self.client_ids.tolist()
+        self.reusable.clear()  # kept for step 1 only
+        cost, labels_of = 0.0, []
+        for segment, mapped in self._original_segments(clients):
+            for start in range(0, segment.shape[0], BLOCK):
+                block = segment[start:start + BLOCK]
+                if mapped:
+                    block = self.transform.invert(block)
+                labels_of.append(nearest_center(block, centers))
+                offset = block - centers[labels_of[-1]]
+                cost += float(np.einsum("ij,ij->", offset, offset))
+        assigned = np.concatenate([np.zeros(0, np.int64), *labels_of])
+        out = {"cost_sum": np.array([cost]), "num_points": np.array([float(assigned.size)])}
+        labelled = [self.labels[c] for c in clients]
+        if clients and all(y is not None for y in labelled):
+            y = np.concatenate(labelled)
+            values, index = np.unique(y, return_inverse=True)
+            table = np.bincount(index * k + assigned, minlength=values.size * k)
+            out["label_values"] = values.astype(np.int64)
+            out["table"] = table.reshape(values.size, k).astype(np.float64)
+        return out
+
+
+def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """:func:`nearest_center` in blocks of :data:`BLOCK` points."""
+    out = np.empty(points.shape[0], dtype=np.int64)
+    for start in range(0, points.shape[0], BLOCK):
+        out[start:start + BLOCK] = nearest_center(points[start:start + BLOCK], centers)
+    return out
+
+
+def _stack(rows: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    if not rows:
+        return np.zeros((0, *shape))
+    return np.stack(rows).astype(np.float64, copy=False)

@@ -1,0 +1,382 @@
+"""Where a node's points live: one stacked array, in memory or in files mapped per request.
+
+:class:`NodeMemory` is the storage half of :class:`fedkmeans.node.NodeData`. It keeps
+the hosted clients' points in one array, client after client in ``client_ids`` order
+(``points[c]`` are views of it, so the clients of one message are one slice), and
+moves that array out of the process when the ClientApp's memory bound
+(``federation.node-cache-mb``, :func:`fedkmeans.client_app.cache_budget`) asks for it:
+
+* :meth:`NodeMemory.spill` writes a shard to a directory the run's processes share
+  (the flower engine's; :func:`write_shard`, atomic, owner-only), which any process
+  maps again with :meth:`NodeMemory.open_spilled`;
+* :meth:`NodeMemory.spill_nameless` writes files of this process that have no name
+  (:class:`fedkmeans.spill_files.NamelessFiles`), so nothing is left behind;
+* :meth:`NodeMemory.resident` maps them for the length of a request. A file that holds
+  the points as built (before the radius was known) is clipped copy-on-write when
+  mapped, by the node's own clip (``_clip_mapped``, :mod:`fedkmeans.node`).
+
+A shard also stores the node's clip record (clipped clients, their norms before the
+clip, the radius) so that a process mapping it knows what the one that wrote it did.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.transform import IDENTITY, PublicTransform
+from fedkmeans.node.reusable import ReusableRows
+from fedkmeans.spill_files import NamelessFiles, ShardFiles, private_dir, private_file
+
+
+@dataclass
+class NodeMemory:
+    """The points of the clients one node hosts, and where they live.
+
+    The storage half of :class:`fedkmeans.node.NodeData` (which loads, maps and clips
+    the points); it never changes a value, except through the node's own clip
+    (``_clip_mapped``) when a file of points as built is mapped.
+
+    Attributes
+    ----------
+    config : ExperimentConfig
+    client_ids : ndarray of shape (n_hosted,)
+    points : dict of int to ndarray of shape (n_j, d)
+        Each client's points, mapped by ``transform`` and clipped to the data radius
+        when the run is private.
+    labels : dict of int to ndarray of shape (n_j,) or None
+    """
+
+    config: ExperimentConfig
+    client_ids: np.ndarray
+    points: dict[int, np.ndarray] = field(repr=False)
+    labels: dict[int, np.ndarray | None] = field(repr=False)
+    data_path: str = ""
+    #: Clients with points clipped to the data radius (evaluation reloads only those).
+    clipped_clients: frozenset[int] = frozenset()
+    #: Each client's points' norms before the clip to the data radius (the estimate
+    #: round's norm histogram); absent: the points' own norms.
+    raw_norms: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    #: The radius the points are clipped to (None: as loaded).
+    radius: float | None = None
+    #: The public transform the points were mapped by before any clip (as loaded: none).
+    transform: PublicTransform = IDENTITY
+    #: A client's points as loaded, for the rounds that read a clipped client's
+    #: original points (the check, the evaluation); None: reloaded from the data set.
+    originals: Callable[[int], np.ndarray] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        """Keep the hosted points in one array, client after client (``client_ids``).
+
+        ``points[c]`` become views of it, so the points of consecutive clients -- the
+        batches the server asks for -- are one slice, never copied per round.
+        """
+        self._spilled: ShardFiles | NamelessFiles | None = None
+        #: The radius the spilled file's points are clipped to (None: as built).
+        self._file_radius: float | None = None
+        #: The radius ``clipped_clients`` were found for when the file was mapped.
+        self._clip_known: float | None = None
+        self._resident = 0
+        #: Every point's norm before the clip to the data radius, in stacked order
+        #: (:meth:`_raw_point_norms`: computed once, by the first pass that needs them).
+        self._norms: np.ndarray | None = None
+        #: Rows the estimate round computed that step 1 takes while the points are the same.
+        self.reusable = ReusableRows()
+        #: The points are this node's own array (it may clip them in place).
+        self._owned = False
+        order = [c for c in self.client_ids.tolist() if c in self.points]
+        arrays = [self.points[c] for c in order]
+        self._stacked = None
+        self._labels_stacked = None
+        if not arrays or len(order) != len(self.points) or any(
+                x.ndim != 2 or x.shape[1] != arrays[0].shape[1] for x in arrays):
+            return
+        sizes = np.array([x.shape[0] for x in arrays])
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        first = arrays[0]
+        if first.base is not None and _is_block(first.base, arrays, offsets):
+            stacked = first.base  # already one array, client after client (load)
+        else:
+            stacked = np.concatenate(arrays)
+            self._owned = True
+        labels = [self.labels.get(c) for c in order]
+        labels_stacked = None
+        if all(y is not None and y.ndim == 1 for y in labels) and sum(
+                y.size for y in labels) == offsets[-1]:
+            labels_stacked = (labels[0].base if labels[0].base is not None
+                              and _is_block(labels[0].base, labels, offsets)
+                              else np.concatenate(labels))
+        self._adopt(order, offsets, stacked, labels_stacked)
+
+    def _adopt(self, order, offsets, stacked, labels_stacked) -> None:
+        """Make ``points`` (and ``labels``) views of the stacked arrays."""
+        self._order = list(order)
+        self._offsets = np.asarray(offsets)
+        self._position = {c: i for i, c in enumerate(self._order)}
+        self._stacked = stacked
+        self._labels_stacked = labels_stacked
+        bounds = list(zip(self._offsets[:-1].tolist(), self._offsets[1:].tolist(),
+                          strict=True))
+        self.points = {c: stacked[a:b] for c, (a, b) in zip(self._order, bounds, strict=True)}
+        if labels_stacked is not None:
+            self.labels = {c: labels_stacked[a:b]
+                           for c, (a, b) in zip(self._order, bounds, strict=True)}
+
+    # -- memory: a node's points may live in a file, read while a request runs -------
+    @property
+    def spilled(self) -> bool:
+        """True when the points live in a file (:meth:`spill`), mapped per request."""
+        return self._spilled is not None
+
+    def spill(self, directory: str | os.PathLike, name: str) -> Path | None:
+        """Move the points (and labels) to the shard ``directory/name`` and free them here.
+
+        For a directory the processes of a run share (the flower engine's). The files are
+        written once (atomically: another process may read them, see
+        :meth:`open_spilled`), owner-only (:func:`write_shard`); :meth:`resident` maps
+        them for the length of a request, from the page cache, which the kernel may
+        reclaim: this process's resident memory no longer grows with the node. Whoever
+        made ``directory`` removes it. Returns the shard's path, or None when the node
+        cannot be spilled (its clients' points are not one array).
+        """
+        if self._spilled is not None:
+            return self._spilled.path if isinstance(self._spilled, ShardFiles) else None
+        if self._stacked is None:
+            return None
+        path = Path(directory) / name
+        if not (path / _DONE).exists():
+            write_shard(path, self)
+        self._file_radius = self.radius
+        self._free(ShardFiles(path))
+        return path
+
+    def spill_nameless(self) -> bool:
+        """Move the points (and labels) to files of this process that have no name.
+
+        As :meth:`spill`, but the files are this process's alone (:class:`NamelessFiles`):
+        they never appear in a directory, so nothing is left behind however the process
+        ends (SIGKILL, a Ray actor killed, a crash). Returns False when the node cannot
+        be spilled (its clients' points are not one array).
+        """
+        if self._spilled is not None:
+            return True
+        if self._stacked is None:
+            return False
+        arrays = {_POINTS: self._stacked}
+        if self._labels_stacked is not None:
+            arrays[_LABELS] = self._labels_stacked
+        if self.radius is None:  # points as built: their norms, for the clip when mapped
+            arrays[_NORMS] = self._raw_point_norms()
+        self._file_radius = self.radius
+        self._free(NamelessFiles(arrays))
+        return True
+
+    @property
+    def nameless_bytes(self) -> int:
+        """Bytes of this node's points in this process's nameless files (:meth:`spill_nameless`)."""
+        return self._spilled.nbytes if isinstance(self._spilled, NamelessFiles) else 0
+
+    def close(self) -> None:
+        """Free this process's nameless files of the node (a shard directory is kept)."""
+        if isinstance(self._spilled, NamelessFiles):
+            self._spilled.close()
+
+    def _free(self, files: ShardFiles | NamelessFiles) -> None:
+        self._spilled = files
+        self._stacked = self._labels_stacked = self._norms = None
+        self.points = {}
+        if self.labels and all(y is not None for y in self.labels.values()):
+            self.labels = {}
+
+    @classmethod
+    def open_spilled(cls, config: ExperimentConfig, path: str | os.PathLike,
+                     data_path: str = "", transform: PublicTransform = IDENTITY) -> NodeMemory:
+        """A node whose points another process spilled to ``path`` (same run, same node).
+
+        ``transform``: the one the file's points were mapped by (part of its name).
+        """
+        path = Path(path)
+        with np.load(path / _META) as meta:
+            ids = meta["client_ids"]
+            clipped = meta["clipped"]
+            norm_offsets = meta["norm_offsets"]
+            norms = meta["norms"]
+            has_labels = bool(meta["has_labels"])
+            radius = float(meta["radius"])
+        raw = {int(c): norms[norm_offsets[i]:norm_offsets[i + 1]]
+               for i, c in enumerate(clipped.tolist())}
+        node = cls(config, ids, {}, {c: None for c in ids.tolist()} if not has_labels else {},
+                   data_path, frozenset(clipped.tolist()), raw,
+                   None if np.isnan(radius) else radius, transform)
+        node._offsets = np.load(path / _OFFSETS)
+        node._order = ids.tolist()
+        node._position = {c: i for i, c in enumerate(node._order)}
+        node._spilled = ShardFiles(path)
+        node._file_radius = node.radius
+        return node
+
+    @contextmanager
+    def resident(self) -> Iterator[NodeMemory]:
+        """The points in reach while the block runs (mapped from the file if spilled).
+
+        Nested blocks share one mapping; when the outermost ends the mapping is dropped
+        (the pages stay in the page cache for the next request, not in this process).
+        """
+        if self._spilled is None:
+            yield self
+            return
+        if self._resident == 0:
+            clip = self.radius is not None and self._file_radius is None
+            # copy-on-write when clipping: only the pages of clipped rows become private
+            points = np.asarray(self._spilled.array(_POINTS, "c" if clip else "r"))
+            labels = None
+            if self._spilled.has(_LABELS):
+                labels = np.asarray(self._spilled.array(_LABELS, "r"))
+            self._adopt(self._order, self._offsets, points, labels)
+            if self._spilled.has(_NORMS):  # a file of points as built: their norms, no pass
+                self._norms = np.asarray(self._spilled.array(_NORMS, "r"))
+            if clip:  # the file holds the points as built: clip them as load would
+                self._clip_mapped(self._norms)
+        self._resident += 1
+        try:
+            yield self
+        finally:
+            self._resident -= 1
+            if self._resident == 0:
+                self._free(self._spilled)
+
+    def _clip_mapped(self, norms: np.ndarray | None) -> None:
+        """Clip the mapped points of a file that holds them as built (copy-on-write).
+
+        ``norms``: every point's norm, when the file has them. The node's own clip to
+        the data radius (:class:`fedkmeans.node.NodeData`).
+        """
+        raise NotImplementedError
+
+    def _raw_point_norms(self) -> np.ndarray | None:
+        """Every point's norm before the clip to the data radius, shape (n,), in stacked order.
+
+        Computed by the first pass that needs them (the estimate round's norm
+        histogram, the clip to the data radius, a spill of points as built) and kept
+        while the points stay as mapped, so the node reads its points' norms once.
+        None when they cannot be had without a pass per client: a ragged node, or one
+        whose points were clipped before any norm was kept.
+        """
+        if self._norms is None and self._stacked is not None and self.radius is None:
+            self._norms = np.linalg.norm(self._stacked, axis=1)
+        return self._norms
+
+    def _rows_of(self, values: np.ndarray, clients: Sequence[int]) -> np.ndarray:
+        """The asked clients' rows of a per-point array in stacked order (a view if consecutive)."""
+        spans = [(self._offsets[i], self._offsets[i + 1])
+                 for i in (self._position[c] for c in clients)]
+        if all(a == b_prev for (a, _), (_, b_prev) in zip(spans[1:], spans[:-1], strict=True)):
+            return values[spans[0][0]:spans[-1][1]] if spans else values[:0]
+        return np.concatenate([values[a:b] for a, b in spans])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this node holds in memory: points, labels, norms and reusable rows.
+
+        A spilled node holds only its reusable rows (:attr:`reusable`).
+        """
+        kept = self.reusable.nbytes
+        if self._spilled is not None:
+            return kept
+        kept += 0 if self._norms is None else self._norms.nbytes
+        if self._stacked is not None:
+            return kept + self._stacked.nbytes + (0 if self._labels_stacked is None
+                                                  else self._labels_stacked.nbytes)
+        return kept + sum(x.nbytes for x in self.points.values()) + sum(
+            y.nbytes for y in self.labels.values() if y is not None)
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension d (0 if the node hosts no client)."""
+        if self.points:
+            return next(iter(self.points.values())).shape[1]
+        if self._spilled is not None:
+            return int(self._spilled.array(_POINTS, "r").shape[1])
+        return 0
+
+    def _pooled(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The asked clients' points stacked (n, d) and each row's client position."""
+        sizes = [self.points[c].shape[0] for c in clients]
+        if not clients:
+            return np.zeros((0, self.dim)), np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(clients)), sizes)
+        if self._stacked is not None:
+            first = self._position[clients[0]]
+            if [self._position[c] for c in clients] == list(range(first, first + len(clients))):
+                start, stop = self._offsets[first], self._offsets[first + len(clients)]
+                return self._stacked[start:stop], owner  # consecutive clients: a view
+        return np.concatenate([self.points[c] for c in clients]), owner
+
+
+#: ``norms.npy``: every point's norm, for a file of points as built.
+_NORMS = "norms.npy"
+_POINTS, _LABELS, _OFFSETS, _META, _DONE = (
+    "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
+
+
+def write_shard(path: Path, node: NodeMemory) -> None:
+    """Write ``node``'s stacked points, labels and clip record to ``path``, atomically.
+
+    Written to a fresh sibling directory, then renamed: a reader sees a whole shard or
+    none. When another process wrote the same shard first, its copy is kept. Every
+    directory is made 0700 and every file 0600 as it is created (raw client points).
+    """
+    private_dir(path.parent, exist_ok=True)
+    tmp = private_dir(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"))
+
+    def save(name: str, array: np.ndarray) -> None:
+        with private_file(tmp / name) as f:
+            np.save(f, array)
+
+    save(_POINTS, node._stacked)
+    if node._labels_stacked is not None:
+        save(_LABELS, node._labels_stacked)
+    save(_OFFSETS, node._offsets)
+    if node.radius is None:  # points as built: their norms, for the clip when mapped
+        save(_NORMS, node._raw_point_norms())
+    clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
+    norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
+    with private_file(tmp / _META) as f:
+        np.savez(f, client_ids=np.asarray(node._order, dtype=np.int64),
+                 clipped=clipped,
+                 norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
+                     np.int64),
+                 norms=np.concatenate([np.zeros(0), *norms]),
+                 has_labels=np.array(node._labels_stacked is not None),
+                 radius=np.array(np.nan if node.radius is None else node.radius))
+    private_file(tmp / _DONE).close()
+    try:
+        tmp.rename(path)
+    except OSError:  # another process's shard is there already: keep it
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
+def shard_ready(path: str | os.PathLike) -> bool:
+    """True when a whole shard is at ``path`` (:func:`write_shard`)."""
+    return (Path(path) / _DONE).exists()
+
+
+def _is_block(base: np.ndarray, arrays: list[np.ndarray], offsets: np.ndarray) -> bool:
+    """True when ``arrays`` are the consecutive row slices of ``base`` at ``offsets``."""
+    if base.ndim != arrays[0].ndim or base.shape[0] != offsets[-1]:
+        return False
+    start = base.__array_interface__["data"][0]
+    row = base.strides[0]
+    return all(a.base is base and a.__array_interface__["data"][0] == start + o * row
+               for a, o in zip(arrays, offsets[:-1].tolist(), strict=True))
+
+

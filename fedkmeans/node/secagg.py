@@ -1,0 +1,95 @@
+"""A node's SecAgg+ input: its clients' clipped statistics plus their noise shares, encoded.
+
+Under ``privacy.aggregation = secagg`` every client also applies the server's bound
+(the server sees only the node's masked sum, so it cannot clip one client) and adds
+its own noise share, and the node sends only the sum over its clients, encoded on the
+SecAgg+ integer grid (:mod:`fedkmeans.privacy.distributed`). The statistics of a joint
+group (a stage's cluster sums and counts at data-point level) are clipped by one
+factor per client, exactly as the server's fold clips them
+(:func:`fedkmeans.privacy.budget.joint_radii`, :func:`fedkmeans.privacy.clipping.
+joint_clip_factors`); every bound and share comes from the round's plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from fedkmeans.privacy.budget import joint_groups, joint_radii, reachable_bounds
+from fedkmeans.privacy.clipping import joint_clip_factors
+from fedkmeans.privacy.distributed import encode, node_contribution
+from fedkmeans.privacy.randomness import secure_generator
+from fedkmeans.stages import statistic_bounds
+
+
+class SecAggEncoding:
+    """The SecAgg+ encoding of a node's statistics (a mixin of :class:`~fedkmeans.node.NodeData`).
+
+    It reads from its host only the run's ``config``.
+    """
+
+    def secagg_contribution(
+        self,
+        clients: Sequence[int],
+        stats: dict[str, np.ndarray],
+        round_name: str,
+        share_stds: dict[str, float],
+        steps: dict[str, float],
+        q_range: int,
+        share_rng: Callable[[str, int], np.random.Generator] | None = None,
+    ) -> list[np.ndarray]:
+        """This node's encoded SecAgg+ input: clipped statistics plus noise shares.
+
+        Parameters
+        ----------
+        clients : sequence of int
+            The asked clients, in increasing id (rows of ``stats``).
+        stats : dict of str to ndarray of shape (m, ...)
+            Per-client statistics of the round (from the methods above).
+        round_name : str
+            Round label; client ``c``'s share of release ``<round_name>/<s>`` is drawn
+            from ``share_rng("<round_name>/<s>", c)``.
+        share_stds, steps : dict of str to float
+            Per statistic: standard deviation of one client's share and the public
+            grid step (:mod:`fedkmeans.privacy.distributed`).
+        q_range : int
+            SecAgg+ quantization range Q.
+        share_rng : callable (stage, client id) -> numpy.random.Generator, optional
+            Source of each client's noise share. ``None`` (what the ClientApp always
+            uses): a fresh :func:`~fedkmeans.privacy.randomness.secure_generator` per
+            client and release, so no configuration, seed or earlier run lets the
+            server know a share. Unit tests pass a seeded factory to check the
+            arithmetic.
+
+        Returns
+        -------
+        list of ndarray
+            One array per statistic (in ``stats`` order), values ``2 k / Q``.
+        """
+        bounds = statistic_bounds(self.config.privacy)
+        stds = {name: share_stds[name] for name in stats}
+        reach = reachable_bounds(bounds, stds)
+        radii = joint_radii(bounds, stds)
+        stats = dict(stats)
+        for group in joint_groups(bounds, list(stats)):  # the server's joint clip
+            radius = radii[group[0]]
+            factors, clamped = joint_clip_factors(
+                [stats[n] for n in group], [share_stds[n] for n in group], radius,
+                [bounds[n].norm == "l1_nonnegative" for n in group])
+            stats.update({n: c * factors.reshape(-1, *([1] * (c.ndim - 1)))
+                          for n, c in zip(group, clamped, strict=True)})
+        out = []
+        for name, values in stats.items():
+            stage = f"{round_name}/{name}"
+            rngs = [
+                secure_generator() if share_rng is None else share_rng(stage, int(c))
+                for c in clients
+            ]
+            total = node_contribution(
+                values, reach[name], bounds[name].norm, share_stds[name], rngs,
+                symmetric=name == "covariance",
+            )
+            out.append(encode(total, steps[name], q_range))
+        return out
+

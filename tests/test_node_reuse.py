@@ -1,0 +1,98 @@
+"""The estimate round's pass is reused: point norms for the clip, X^T X rows for step 1."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from fedkmeans import client_app
+from fedkmeans.config import parse_config
+from fedkmeans.experiment import run_flat
+from fedkmeans.node import NodeData
+
+CLIENT = {"privacy.level": "client", "privacy.clip-covariance": 1e6, "privacy.clip-sums": 100.0,
+          "privacy.clip-counts": 10.0, "data.dim": 2}
+
+
+def _node(points: dict) -> NodeData:
+    ids = np.array(sorted(points))
+    return NodeData(parse_config(CLIENT), ids, {c: np.array(x, float) for c, x in points.items()},
+                    {c: None for c in points})
+
+
+POINTS = {0: [[3, 4], [0, 1]], 1: [[6, 8]], 2: [[1, 0], [0, 2]]}
+
+
+def test_step_one_takes_the_estimate_round_s_rows_of_the_clients_the_clip_left_alone():
+    node = _node(POINTS)
+    node.estimates([0, 1, 2])
+    np.testing.assert_array_equal(node._norms, [5, 1, 10, 1, 2])  # kept from that pass
+    assert len(node.reusable) == 3
+    node.clip_to(5.0)  # only client 1's point (norm 10) moves, to (3, 4)
+    assert node.clipped_clients == {1} and len(node.reusable) == 2
+    np.testing.assert_array_equal(node.raw_norms[1], [10])
+    rows = node.covariance_triangles([0, 1, 2])["covariance"]
+    # upper triangles (xx, xy, yy) of X^T X: 9+0, 12+0, 16+1; 9, 12, 16 after the clip; 1, 0, 4
+    np.testing.assert_array_equal(rows, [[9, 12, 17], [9, 12, 16], [1, 0, 4]])
+    assert len(node.reusable) == 0 and node.reusable.nbytes == 0
+    fresh = _node(POINTS)
+    fresh.clip_to(5.0)
+    np.testing.assert_array_equal(fresh.covariance_triangles([0, 1, 2])["covariance"], rows)
+
+
+def test_a_later_stage_drops_rows_step_one_did_not_take():
+    node = _node(POINTS)
+    node.estimates([0, 1, 2])
+    node.covariance_triangles([2])  # a sampled step 1 asks only client 2
+    assert len(node.reusable) == 2 and node.reusable.nbytes > 0
+    node.sums_counts([0, 1, 2], np.zeros((1, 2)))
+    assert len(node.reusable) == 0 and node.nbytes == node._stacked.nbytes + node._norms.nbytes
+
+
+def test_a_mixture_node_built_once_answers_step_one_as_one_loaded_clipped():
+    flat = {"data.num-clients": 40, "data.points-per-client": 12, "data.dim": 4,
+            "data.components": 3, "k": 3, "privacy.level": "client",
+            "privacy.clip-covariance": 50.0}
+    unclipped = NodeData.load(parse_config({**flat, "privacy.data-radius": "auto"}), 1, 2)
+    ids = unclipped.client_ids.tolist()
+    unclipped.estimates(ids)
+    radius = float(np.quantile(unclipped._norms, 0.98))  # a few clients' points outside
+    config = parse_config({**flat, "privacy.data-radius": radius})
+    unclipped.config = config
+    unclipped.clip_to(radius)
+    assert 0 < len(unclipped.clipped_clients) < len(ids)
+    assert len(unclipped.reusable) == len(ids) - len(unclipped.clipped_clients)
+    direct = NodeData.load(config, 1, 2)
+    assert direct.clipped_clients == unclipped.clipped_clients
+    np.testing.assert_array_equal(unclipped.covariance_triangles(ids)["covariance"],
+                                  direct.covariance_triangles(ids)["covariance"])
+    np.testing.assert_array_equal(unclipped.estimates(ids)["estimates"],
+                                  direct.estimates(ids)["estimates"])
+
+
+def test_the_memory_bound_drops_kept_rows_least_recently_used_node_first(monkeypatch):
+    first, second = _node(POINTS), _node(POINTS)
+    for node in (first, second):
+        node.estimates([0, 1, 2])
+    rows = first.reusable.nbytes
+    points = first.nbytes - rows
+    monkeypatch.setattr(client_app, "_NODES", OrderedDict([("a", first), ("b", second)]))
+    monkeypatch.setattr(client_app, "_BUDGET", [2 * points + rows])
+    client_app.keep_within_budget()
+    assert (len(first.reusable), len(second.reusable)) == (0, 3)
+    monkeypatch.setattr(client_app, "_BUDGET", [2 * points])
+    client_app.keep_within_budget()  # the current node's rows too; no point is spilled
+    assert len(second.reusable) == 0 and not first.spilled and not second.spilled
+
+
+def test_a_client_level_run_gives_the_same_bits_whether_its_nodes_keep_rows_or_spill(tmp_path):
+    flat = {"data.num-clients": 200, "data.points-per-client": 10, "data.dim": 6,
+            "data.components": 3, "k": 3, "federation.num-nodes": 8,
+            "privacy.level": "client", "privacy.reproducible-noise": True,
+            "privacy.lloyds-steps": 1}
+    held = run_flat({**flat, "output-dir": str(tmp_path / "held")})
+    spilled = run_flat({**flat, "federation.node-cache-mb": 1e-4,
+                        "output-dir": str(tmp_path / "spilled")})
+    assert held["centers"] == spilled["centers"]
+    assert held["privacy"]["releases"] == spilled["privacy"]["releases"]
