@@ -13,7 +13,7 @@ A Flower user keeps their own ClientApp and their own data loading, and calls::
 stage of :mod:`fedkmeans.stages` (a stage registered later is served too), the
 non-private ``evaluate`` round and, under ``privacy.aggregation = secagg``, the ``train``
 handler wrapped by Flower's ``secaggplus_mod``. A node learns every setting it computes
-with from the server's requests (:func:`fedkmeans.config.node_settings`: the level,
+with from the server's requests (:func:`fedkmeans.config_node.node_settings`: the level,
 epsilon, the resolved clip bounds, the public transform), never from the run config,
 which is the user's own.
 
@@ -36,7 +36,7 @@ from flwr.compat.common import recorddict_compat as compat
 from threadpoolctl import ThreadpoolController
 
 from fedkmeans import wire
-from fedkmeans.config import node_config
+from fedkmeans.config_node import node_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius
 from fedkmeans.stages import Stage, stage, subscribe
@@ -209,7 +209,7 @@ class OwnPoints:
         return ids, next(iter(points.values())).shape[1] if points else 0
 
     def node(self, context: Context, settings: dict) -> NodeData:
-        """The node under the request's settings (:func:`fedkmeans.config.node_config`)."""
+        """The node under the request's settings (:func:`fedkmeans.config_node.node_config`)."""
         config = node_config(settings)
         transform = PublicTransform.from_settings(settings)
         ids, points = self._loaded(context)

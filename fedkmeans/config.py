@@ -46,7 +46,7 @@ from fedkmeans.schema import (
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
            "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
-           "nested_config", "node_config", "node_settings", "parse_config", "validate"]
+           "nested_config", "parse_config", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -442,60 +442,6 @@ HAND_FLAT = {"privacy." + name.replace("_", "-"): value for name, value in HAND_
 CLIENT_KEYS = tuple(f.name for f in _PRIVACY if f.metadata.get("node"))
 #: Their flat keys (as requests carry them) -> attribute names.
 CLIENT_SETTINGS = {"privacy." + name.replace("_", "-"): name for name in CLIENT_KEYS}
-
-
-#: Top-level keys a node computes with besides ``privacy.*``: the algorithm (whether the
-#: run is private) and, in a non-private run only, ``seed`` (k-FED's local k-means; in a
-#: private run with ``privacy.reproducible-noise`` the seed keys the server's noise, so it
-#: never leaves the server).
-NODE_TOP_KEYS = ("algorithm", "seed")
-
-
-def node_settings(config: ExperimentConfig) -> dict[str, Any]:
-    """The settings a node computes with, as flat keys: sent with every request.
-
-    ``algorithm``, every ``privacy.*`` key (the level, epsilon, the clip bounds and
-    what the statistics' bounds derive from: all published in ``release.json``'s
-    config) and ``seed`` when the run is not private. A node whose run config is not
-    this project's (a user's ClientApp, :func:`fedkmeans.client.mount`) reads its
-    config from them (:func:`node_config`).
-    """
-    flat = config.to_flat()
-    top = [k for k in NODE_TOP_KEYS if k != "seed" or not config.is_private]
-    return {k: flat[k] for k in [*top, *(k for k in flat if k.startswith("privacy."))]}
-
-
-def node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
-    """The config a mounted node computes with: a request's :func:`node_settings`.
-
-    Only ``algorithm``, ``seed`` and ``privacy.*`` are read (a node has no data,
-    federation or output settings of the server's); the others keep their defaults and
-    are not checked. ``privacy.*`` keys are checked as :func:`validate` checks them.
-
-    Raises
-    ------
-    ConfigError
-        The request carries no node settings (``privacy.level`` missing: the server is
-        not :func:`fedkmeans.session.run_protocol`), or a value is out of range.
-    """
-    if "privacy.level" not in settings or "algorithm" not in settings:
-        raise ConfigError("config key 'privacy.level' must be sent by the server with every "
-                          "request (fedkmeans' strategies and run_protocol do), got none")
-    default = ExperimentConfig()
-    privacy = {}
-    for key_, raw in settings.items():
-        if key_.startswith("privacy.") and key_ in default.to_flat():
-            attr = key_[8:].replace("-", "_")
-            privacy[attr] = _coerce(key_, raw, getattr(default.privacy, attr))
-    config = ExperimentConfig(
-        algorithm=str(settings["algorithm"]),
-        seed=_coerce("seed", settings.get("seed", default.seed), default.seed),
-        privacy=PrivacyConfig(**privacy))
-    if config.algorithm not in ALGORITHMS.names():
-        raise ConfigError(f"config key 'algorithm' must be one of {list(ALGORITHMS.names())}, "
-                          f"got {config.algorithm!r}")
-    check_keys(config, config.privacy, "privacy.")
-    return config
 
 
 def nested_config(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from flwr.serverapp import Grid
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
-from fedkmeans.config import ExperimentConfig, check_server_points, node_settings
+from fedkmeans.config import ExperimentConfig, check_server_points
+from fedkmeans.config_node import node_settings
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext, wire_context

@@ -21,7 +21,8 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedkmeans import data as data_access
 from fedkmeans.artefacts import release_view
 from fedkmeans.client import OwnPoints, mount
-from fedkmeans.config import ConfigError, node_config, node_settings, parse_config
+from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config_node import node_config, node_settings
 from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.strategies import STRATEGIES, FedDPKMeans, KMeansStrategy
