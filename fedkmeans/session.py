@@ -13,7 +13,7 @@ output directory, the non-private evaluation and the files), the Flower strategi
 (:mod:`fedkmeans.strategies`) and the scikit-learn estimator
 (:class:`fedkmeans.FedDPKMeans`). The server side of the rounds around a pool (the
 settings sent to the nodes, SecAgg, the server context) is built in one place,
-:func:`fedkmeans.server.context.wire_context`, which the sensitivity audit and the
+:func:`fedkmeans.server.wiring.wire_context`, which the sensitivity audit and the
 tuning's simulation use too.
 """
 
@@ -35,10 +35,11 @@ from fedkmeans.config import ExperimentConfig, check_server_points
 from fedkmeans.config_node import node_settings
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.privacy.accountant import Release
-from fedkmeans.server.context import ServerContext, wire_context
+from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.server.thresholds import noise_std
+from fedkmeans.server.wiring import wire_context
 from fedkmeans.stages.check import CHECK
 from fedkmeans.stages.estimate import ESTIMATE
 from fedkmeans.statements import centers_from, guarantee, neighbouring

@@ -299,8 +299,8 @@ def run_world(
     from fedkmeans import client_app
     from fedkmeans.data.npz import save_npz
     from fedkmeans.engines import inprocess
-    from fedkmeans.server.context import wire_context
     from fedkmeans.server.pool import ClientPool
+    from fedkmeans.server.wiring import wire_context
     from fedkmeans.tuning.resolve import client_settings
 
     ids = sorted(points)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -388,42 +388,3 @@ class ServerContext:
     def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
         for observer in self.observers:
             observer.on_release(stage, before, after)
-
-
-def wire_context(
-    config: ExperimentConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
-    checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
-    settings: Mapping, progress: bool = True, secagg: bool | None = None,
-) -> ServerContext:
-    """The server side of a run's rounds around ``pool``: settings, SecAgg, context.
-
-    Parameters
-    ----------
-    config : ExperimentConfig
-    pool : ClientPool or a pool with its interface (the tuning's simulated one)
-    server_x : ndarray of shape (m, d)
-        Q after the public transform.
-    releases : mapping of str to Release
-        The calibrated releases known so far, by stage.
-    checkpoint, observers, progress
-        Passed to :class:`~fedkmeans.server.context.ServerContext`.
-    settings : mapping
-        What the nodes clip and map with, sent with every request (the resolved clip
-        settings, :func:`fedkmeans.tuning.resolve.client_settings`, and the public
-        transform).
-    secagg : bool, optional
-        Sum the protocol rounds with SecAgg+ (:class:`~fedkmeans.server.secagg.
-        SecAggAggregator`, reading the same releases). Default: ``privacy.aggregation
-        == "secagg"``. The tuning's simulation passes False: it adds the ledger's central
-        noise, which is what SecAgg's shares add up to.
-    """
-    pool.settings = dict(settings)
-    ctx = ServerContext(config=config, pool=pool, server_x=server_x, releases=dict(releases),
-                        checkpoint=checkpoint, observers=list(observers), progress=progress)
-    if secagg is None:
-        secagg = config.privacy.aggregation == "secagg"
-    if secagg:  # clients add noise shares, SecAgg+ sums
-        from fedkmeans.server.secagg import SecAggAggregator
-
-        pool.secagg = SecAggAggregator(config, ctx.releases)
-    return ctx

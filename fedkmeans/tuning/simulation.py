@@ -59,8 +59,8 @@ from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.server.aggregation import RunningSums
-from fedkmeans.server.context import wire_context
 from fedkmeans.server.replies import Replies
+from fedkmeans.server.wiring import wire_context
 from fedkmeans.stages import stage as stage_named
 
 __all__ = [
