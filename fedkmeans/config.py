@@ -320,13 +320,29 @@ class PrivacyConfig:
                      and not (name == "check_clip" and self.check_share == 0))
 
 
+def registered(registry, default: str, value: object):
+    """``one_of`` the registry's names; its default accepted without reading it.
+
+    The attack and engine registries' built-ins are the harness's modules
+    (:mod:`fedkmeans.attacks`, :mod:`fedkmeans.engines`), loaded the first time the
+    registry is read. The library's own runs (the strategies, the estimator) keep the
+    defaults (no attack; the engine is the caller's Grid), so checking them reads no
+    registry and loads nothing of the harness; any other value is checked against the
+    registry, whose names the error lists.
+    """
+    if value == default:
+        return one_of((default,))
+    return one_of(registry.names())
+
+
 @dataclass(frozen=True)
 class FederationConfig:
     """How the server talks to the nodes (``federation.*``)."""
 
     #: A registered engine (:mod:`fedkmeans.engines`): ``inprocess`` runs the real
     #: ServerApp and ClientApp in this process, ``flower`` a ``flwr run`` simulation.
-    engine: str = key("inprocess", Dependent(lambda c: one_of(ENGINES.names())))
+    engine: str = key("inprocess", Dependent(
+        lambda c: registered(ENGINES, "inprocess", c.federation.engine)))
     #: Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
     #: :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node per
     #: generated client, capped at 100).
@@ -386,7 +402,7 @@ class ExperimentConfig:
         "data)")))
     #: A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go to
     #: ``result.json`` under ``attack``.
-    attack: str = key("none", Dependent(lambda c: one_of(ATTACKS.names())))
+    attack: str = key("none", Dependent(lambda c: registered(ATTACKS, "none", c.attack)))
     data: DataConfig = DataConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     federation: FederationConfig = FederationConfig()

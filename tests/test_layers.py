@@ -61,9 +61,11 @@ def test_the_architecture_picture_puts_each_module_on_its_side_of_the_contract()
         assert not missing, f"the {side} box of docs/architecture.md lacks {missing}"
 
 
-def test_the_library_loads_the_harness_only_as_the_registries_built_ins():
-    """No import reaches the harness (the contract); at run time, reading the attack and
-    engine registries to check a config loads their built-in modules, and nothing else."""
+def test_the_library_loads_nothing_of_the_harness_to_check_its_config():
+    """No import reaches the harness (the contract), and at run time checking a config
+    with the library's defaults (no attack, the default engine) reads neither the
+    attack nor the engine registry, whose built-ins are harness modules; another
+    attack is checked against the registry, which then loads its built-ins."""
     harness = set(_sides()["harness"])
     code = ("import sys, fedkmeans.session, fedkmeans.config as c; "
             "before = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}; "
@@ -77,4 +79,10 @@ def test_the_library_loads_the_harness_only_as_the_registries_built_ins():
     assert done.returncode == 0, done.stderr[-2000:]
     before, after = map(set, ast.literal_eval(done.stdout.strip().splitlines()[-1]))
     assert before & harness == set()
-    assert after & harness <= {"attacks", "engines"}
+    assert after & harness == set()
+    code = code.replace("c.parse_config({})", "c.parse_config({'attack': 'curious'})")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, after = map(set, ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert "attacks" in after
