@@ -40,5 +40,11 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def observers_for(config: ExperimentConfig) -> list[RunObserver]:
-    """The observers of the attack ``config`` names (``none``: the honest server alone)."""
+    """The observers of the attack ``config`` names (``none``: the honest server alone).
+
+    ``none`` builds nothing and loads no attack: the honest path does not import the
+    attack suite (the registry's built-ins) at all.
+    """
+    if config.attack == "none":
+        return []
     return list(attack(config.attack).build(config))
