@@ -94,14 +94,8 @@ def _run_claimed(
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
 
-    sections = outcome.release_sections()
-    result = {
-        "algorithm": config.algorithm,
-        "centers_from": sections.pop("centers_from"),
-        "seed": config.seed,
-        "k": sections.pop("k"),
-        "centers": centers.tolist(),
-        "privacy": outcome.privacy_record(),
+    result = {  # the publishable record, then the experiment's diagnostics
+        **outcome.release_fields(),
         "metrics": {
             **{key: evaluation[key] for key in ("cost", "accuracy", "ari", "nmi", "fmi")},
             "optimal_cost": best,
@@ -118,8 +112,6 @@ def _run_claimed(
             "rejected_replies": pool.rejected,
         },
         "timings": timings,
-        "config": config.to_flat(),
-        **sections,
     }
     for observer in observers:  # observers that report add their own section
         section = observer.report(centers=centers, result=result)

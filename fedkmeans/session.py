@@ -123,6 +123,26 @@ class RunOutcome:
             }
         return record
 
+    def release_fields(self) -> dict:
+        """The run's publishable record, in ``release.json``'s order.
+
+        ``algorithm``, ``centers_from``, ``seed``, ``k``, ``centers``, ``privacy``,
+        ``config`` (as declared) and :meth:`release_sections`' other sections; the
+        front ends add their diagnostics and publish it through
+        :func:`fedkmeans.artefacts.release_view`, the allow-list.
+        """
+        sections = self.release_sections()
+        return {
+            "algorithm": self.declared.algorithm,
+            "centers_from": sections.pop("centers_from"),
+            "seed": self.declared.seed,
+            "k": sections.pop("k"),
+            "centers": self.centers.tolist(),
+            "privacy": self.privacy_record(),
+            "config": self.declared.to_flat(),
+            **sections,
+        }
+
     def release_sections(self) -> dict:
         """The protocol's publishable sections besides centers and privacy.
 

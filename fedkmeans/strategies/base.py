@@ -177,7 +177,6 @@ class KMeansStrategy(Strategy):
     def _result(self, outcome: RunOutcome, evaluate_fn, evaluate_clients: bool) -> KMeansResult:
         arrays = ArrayRecord({"centers": Array(np.ascontiguousarray(outcome.centers))})
         last = max(1, len(outcome.context.round_outputs))
-        privacy = outcome.privacy_record()
         releases = outcome.context.accountant.releases
         metrics = MetricRecord({
             "epsilon": float(outcome.spent_epsilon),
@@ -188,15 +187,10 @@ class KMeansStrategy(Strategy):
             "sensitivity": [float(r.sensitivity) for r in releases],
             "sampling-rate": [float(r.sampling_rate) for r in releases],
         })
-        sections = outcome.release_sections()
-        full = {"algorithm": self.config.algorithm, "centers_from": sections.pop("centers_from"),
-                "seed": self.config.seed, "k": sections.pop("k"),
-                "centers": outcome.centers.tolist(), "privacy": privacy,
-                "config": self.config.to_flat(), **sections}
         # the allow-list of release.json: the seed when it keys the noise, and the
         # privacy record's diagnostics (SecAgg participation) are left out
-        release = release_view(
-            full, seed_is_secret=not outcome.context.private_randomness.is_secure)
+        release = release_view(outcome.release_fields(),
+                               seed_is_secret=not outcome.context.private_randomness.is_secure)
         result = KMeansResult(arrays=arrays, privacy=release["privacy"], outcome=outcome,
                               release=release)
         if evaluate_fn is not None:
