@@ -83,3 +83,34 @@ def test_cli_config_errors_are_one_line_naming_the_key(tmp_path, args, key):
     assert "Traceback" not in err
     proc = _cli(args, tmp_path, FEDKMEANS_TRACEBACK="1")
     assert "Traceback" in proc.communicate(timeout=120)[1]
+
+
+_FREEZE_PROBE = """
+import gc, sys
+import fedkmeans.experiment as experiment
+counts = []
+run_flat = experiment.run_flat
+def probe(flat):
+    counts.append(gc.get_freeze_count())
+    return run_flat(flat)
+experiment.run_flat = probe
+sys.argv = ["fedkmeans", *sys.argv[1:]]
+try:
+    experiment.cli()
+finally:
+    print("FROZEN", counts)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_single_cli_run_freezes_start_up_objects_and_a_multirun_does_not(tmp_path, multirun):
+    sweep = ["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if multirun else []
+    proc = subprocess.run([sys.executable, "-c", _FREEZE_PROBE, *sweep, *TINY], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = eval(proc.stdout.split("FROZEN", 1)[1].strip())  # noqa: S307 - our own list
+    if multirun:
+        assert counts == [0, 0]
+    else:
+        assert len(counts) == 1 and counts[0] > 10_000  # the start-up's objects

@@ -165,6 +165,42 @@ def test_evaluation_reads_clipped_clients_original_points_and_the_rest_in_place(
     np.testing.assert_array_equal(owner, np.repeat([0, 1, 2], 20))
 
 
+@pytest.mark.parametrize("radius, kept", [(4.0, True), (0.5, False)])
+def test_the_check_rebuilds_clipped_clients_from_the_rows_the_clip_moved(monkeypatch, radius,
+                                                                        kept):
+    """The check's points before the clip: the same bits as reloading the clients.
+
+    At radius 4 a few rows move and are kept (no reload); at 0.5 every row moves, more
+    than the node keeps, and the clipped clients are reloaded as before.
+    """
+    from fedkmeans.data.transform import PublicTransform
+    from fedkmeans.node import KEEP_UNCLIPPED_MAX_FRACTION
+
+    config = parse_config({"data.num-clients": 12, "data.points-per-client": 20,
+                           "data.dim": 6, "k": 3, "data.components": 3,
+                           "privacy.data-radius": radius, "privacy.check-clip": 5.0})
+    transform = PublicTransform(shift=np.full(6, 0.25), scale=np.linspace(0.5, 2.0, 6))
+    node = NodeData.load(config, 0, 2, transform=transform)
+    ids = node.client_ids.tolist()
+    assert node.clipped_clients
+    moved = sum(rows.size for rows, _ in node.unclipped_rows.values())
+    assert (moved > 0) == kept
+    assert moved <= KEEP_UNCLIPPED_MAX_FRACTION * sum(node.points[c].shape[0] for c in ids)
+    a = np.array([[0.0] * 6, [1.0] * 6, [-1.0] * 6])
+    b = np.array([[0.5] * 6, [1.5] * 6, [-2.0] * 6])
+    rebuilt = node.cost_differences(ids, a, b)["cost_difference"]
+    reloads, reload = [], NodeData._original
+    monkeypatch.setattr(NodeData, "_original",
+                        lambda self, c: reloads.append(c) or reload(self, c))
+    node.cost_differences(ids, a, b)
+    assert (reloads == []) == kept
+    reloads.clear()
+    node.unclipped_rows = {}  # forget them: every clipped client is reloaded
+    reloaded = node.cost_differences(ids, a, b)["cost_difference"]
+    assert sorted(reloads) == sorted(node.clipped_clients)
+    np.testing.assert_array_equal(rebuilt, reloaded)
+
+
 def test_a_node_parses_a_run_config_once_per_settings_and_still_refuses_a_bad_one():
     from flwr.app import Context, RecordDict
 

@@ -45,6 +45,11 @@ from fedkmeans.privacy.clipping import clip_rows_l2
 __all__ = ["NodeData", "clip_radius", "shard_ready", "write_shard"]
 
 LOG = logging.getLogger(__name__)
+#: Most rows moved by the clip to the data radius kept as they were, as a fraction of
+#: the node's points (:attr:`~fedkmeans.node.memory.NodeMemory.unclipped_rows`): the
+#: default radius (the 0.99 quantile of the norms) moves about 1 %; a radius far inside
+#: the data would double the node's memory, and its check reloads the clients instead.
+KEEP_UNCLIPPED_MAX_FRACTION = 0.125
 #: Partitions that logged clipping in this process (the first one warns).
 _CLIP_WARNED: list[int] = []
 
@@ -149,15 +154,19 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         """Clip every client's points to ``radius`` in place (a ragged node: copies).
 
         Returns the clipped clients, their points' norms before the clip, and the
-        numbers of clipped and of all points. Each client's rows go through
-        :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so the bits do not depend on
-        where the points live. The norms of all points are those the node already
+        numbers of clipped and of all points. The rows the clip moves are kept as
+        they were (:attr:`~fedkmeans.node.memory.NodeMemory.unclipped_rows`, at most
+        :data:`KEEP_UNCLIPPED_MAX_FRACTION` of the node's points, else none). Each
+        client's rows go through :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so
+        the bits do not depend on where the points live. The norms of all points are those the node already
         has (``all_norms``, or kept by the estimate round: no second pass) and stay
         kept, as the points' norms before the clip; the rows kept for reuse of the
         clients it clips are dropped (:class:`~fedkmeans.node.reusable.ReusableRows`).
         """
-        clipped = total = 0
+        clipped = total = kept_rows = 0
         clipped_clients, raw_norms = set(), {}
+        kept: dict | None = {}
+        keep_limit = KEEP_UNCLIPPED_MAX_FRACTION * sum(x.shape[0] for x in self.points.values())
         if self._stacked is not None:  # the norms of all points at once
             if all_norms is None:
                 all_norms = self._raw_point_norms()
@@ -176,14 +185,22 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
                 norms = np.linalg.norm(x, axis=1)
             outside = int((norms > radius).sum())
             if outside:
+                inside = clip_rows_l2(x, radius)
+                if kept is not None:
+                    moved = np.flatnonzero((inside != x).any(axis=1))
+                    kept[cid] = (moved, x[moved].copy())
+                    kept_rows += moved.size
+                    if kept_rows > keep_limit:
+                        kept = None  # too many: the check reloads the clipped clients
                 if self._stacked is not None:  # the client's own rows of the node's block
-                    x[...] = clip_rows_l2(x, radius)
+                    x[...] = inside
                 else:
-                    self.points[cid] = clip_rows_l2(x, radius)
+                    self.points[cid] = inside
                 clipped += outside
                 clipped_clients.add(cid)
                 raw_norms[cid] = norms.copy()
         self.reusable.forget(clipped_clients)
+        self.unclipped_rows = kept or {}
         return frozenset(clipped_clients), raw_norms, clipped, total
 
     def _clip_mapped(self, norms: np.ndarray | None) -> None:
@@ -212,7 +229,7 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
             return False
         if radius != self.radius:
             self.radius = radius
-            self.clipped_clients, self.raw_norms = frozenset(), {}
+            self.clipped_clients, self.raw_norms, self.unclipped_rows = frozenset(), {}, {}
             self._clip_known = None
         return True
 

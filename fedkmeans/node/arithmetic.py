@@ -166,7 +166,7 @@ class StageArithmetic:
         clients = list(clients)
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
         segments = [seg if mapped else self.transform.apply(seg)
-                    for seg, mapped in self._original_segments(clients)]
+                    for seg, mapped in self._original_segments(clients, restore=True)]
         x = np.concatenate(segments) if segments else np.zeros((0, self.dim))
         rows = cost_differences(x, owner, len(clients), centers, alternative,
                                 check_clip_of(self.config.privacy))
@@ -240,16 +240,28 @@ class StageArithmetic:
         ]
         return {"centers": _stack(stats, (local_k, self.dim))}
 
-    def _original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
+    def _original_segments(self, clients: list[int], *, restore: bool = False,
+                           ) -> list[tuple[np.ndarray, bool]]:
         """The clients' points, in order, as few arrays as possible: ``(points, mapped)``.
 
         Runs of consecutive clients whose points were not clipped are slices of the
         stacked points (no copy; ``mapped``: still to be mapped back by the inverse of
-        ``transform``); a clipped client's original points are reloaded.
+        ``transform``); a clipped client's original points are reloaded, or with
+        ``restore`` rebuilt from its clipped points and the rows the clip moved, as
+        they were (``unclipped_rows``; ``mapped``, the same bits as the reloaded points
+        mapped by ``transform``).
         """
+        def original(c: int) -> tuple[np.ndarray, bool]:
+            if restore and c in self.unclipped_rows:
+                rows, before = self.unclipped_rows[c]
+                restored = np.array(self.points[c])
+                restored[rows] = before
+                return restored, True
+            return self._original(c), False
+
         if self._stacked is None:
-            return [(self._original(c), False)
-                    if c in self.clipped_clients else (self.points[c], True) for c in clients]
+            return [original(c) if c in self.clipped_clients else (self.points[c], True)
+                    for c in clients]
         segments, run = [], []
         for c in clients + [None]:
             if c is not None and c not in self.clipped_clients:
@@ -259,7 +271,7 @@ class StageArithmetic:
                 segments.append((self._pooled(run)[0], True))
                 run = []
             if c is not None:
-                segments.append((self._original(c), False))
+                segments.append(original(c))
         return segments
 
     def _original(self, client: int) -> np.ndarray:

@@ -68,6 +68,11 @@ class NodeMemory:
     radius: float | None = None
     #: The public transform the points were mapped by before any clip (as loaded: none).
     transform: PublicTransform = IDENTITY
+    #: The rows the clip to the data radius moved, as they were before it (mapped by
+    #: ``transform``): ``{client: (row indices, rows)}``, for the final check, which
+    #: compares on the points before the clip; empty: the check reloads the client.
+    unclipped_rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False)
     #: A client's points as loaded, for the rounds that read a clipped client's
     #: original points (the check, the evaluation); None: reloaded from the data set.
     originals: Callable[[int], np.ndarray] | None = field(default=None, repr=False)
