@@ -139,23 +139,30 @@ def test_the_sums_bound_is_the_count_bound_times_the_balanced_ratio():
 def test_a_candidate_replaces_the_default_only_if_cheaper_in_every_paired_run():
     # T = 1 lower on the mean (22.35 < 22.4) but not in both runs: T = 0 stays
     simulated = {0: [22.0, 22.8], 1: [22.5, 22.2], 2: [21.0, 21.0], 3: [20.0, 20.0]}
-    tried = []
+    runs = []
 
-    def costs(t):
-        tried.append(t)
-        return simulated[t]
+    def cost(t, rep):
+        runs.append((t, rep))
+        return simulated[t][rep]
 
-    chosen, seen = paired_search([0, 1, 2, 3], costs, line_search=True)
-    assert chosen == 0 and tried == [0, 1] and list(seen) == [0, 1]  # 2, 3 never simulated
+    chosen, seen = paired_search([0, 1, 2, 3], cost, 2, line_search=True)
+    # T = 1 lost its first paired run: its second, and T = 2, 3, never simulated
+    assert chosen == 0 and runs == [(0, 0), (0, 1), (1, 0)]
+    assert seen == {0: [22.0, 22.8], 1: [22.5]}
     # without the line search every candidate is compared with the incumbent
-    chosen, seen = paired_search([0, 1, 2, 3], simulated.get)
+    runs.clear()
+    chosen, seen = paired_search([0, 1, 2, 3], cost, 2)
     assert chosen == 3 and list(seen) == [0, 1, 2, 3]
-    # a run of dominating candidates: quantiles 0.5 -> 0.75, then 1.0 is not lower in both
+    assert runs == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1)]
+    # a run of dominating candidates: quantiles 0.5 -> 0.75, then 1.0 wins its first
+    # paired run and loses its second
     quantiles = {0.5: [30.0, 31.0], 0.75: [25.0, 26.0], 1.0: [24.0, 26.5]}
-    assert paired_search(list(CLIP_QUANTILES), quantiles.get, line_search=True) == (
-        0.75, quantiles)
+    assert paired_search(list(CLIP_QUANTILES), lambda q, rep: quantiles[q][rep], 2,
+                         line_search=True) == (0.75, quantiles)
     # ties keep the incumbent
-    assert paired_search([0, 1], {0: [1.0, 1.0], 1: [1.0, 0.5]}.get)[0] == 0
+    ties = {0: [1.0, 1.0], 1: [1.0, 0.5]}
+    assert paired_search([0, 1], lambda t, rep: ties[t][rep], 2) == (0, {0: [1.0, 1.0],
+                                                                        1: [1.0]})
 
 
 def test_the_record_says_which_candidates_the_line_search_skipped(small_config,

@@ -135,6 +135,14 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_eff))
 
 
+#: Epsilons already composed in this process, by (releases in order, delta,
+#: discretization): the composition is a function of these alone, and a run asks for
+#: the same one twice (the calibration's check at the fine discretization, then the
+#: ledger's spent epsilon once every planned release is made; 0.13-0.17 s each).
+_COMPOSED: dict[tuple, float] = {}
+_COMPOSED_MAX = 256
+
+
 class PrivacyAccountant:
     """Ledger of :class:`Release` objects with PLD accounting of their composition."""
 
@@ -192,6 +200,15 @@ class PrivacyAccountant:
             return 0.0
         if any(r.noise_scale == 0.0 for r in self._releases):
             return math.inf
+        key = (tuple(self._releases), float(delta), float(discretization))
+        if key not in _COMPOSED:
+            if len(_COMPOSED) >= _COMPOSED_MAX:
+                del _COMPOSED[next(iter(_COMPOSED))]  # the oldest
+            _COMPOSED[key] = self._composed_epsilon(delta, discretization)
+        return _COMPOSED[key]
+
+    def _composed_epsilon(self, delta: float, discretization: float) -> float:
+        """The PLD composition of :meth:`get_epsilon` (not memoised)."""
         # Identical group events (e.g. Lloyd steps with the same noise) are composed as
         # one SelfComposedDpEvent: same result, the PLD is built only once.
         counted: list[list[Any]] = []  # [event, count]; events are not all hashable
