@@ -20,10 +20,9 @@ import numpy as np
 from flwr.app import Context
 from flwr.clientapp import ClientApp
 
-from fedkmeans import data as data_access
 from fedkmeans.client import clipped_points, mount_source
 from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, parse_config
-from fedkmeans.data.transform import PublicTransform
+from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node import NodeData, clip_radius, shard_ready
 
 app = ClientApp()
@@ -138,8 +137,13 @@ def node_data(context: Context, settings: dict | None = None, *,
         # one file per node, its points as built and mapped, written by the first actor
         # that builds it; every actor maps it and clips to the request's radius
         shard = shared / _shard_name(data_key, key, None, transform.digest)
+        built = shared / _shard_name(data_key, key, None, IDENTITY.digest)
         if shard_ready(shard):
             node = NodeData.open_spilled(config, shard, data_path, transform)
+        elif shard_ready(built):  # written at registration, as built: read, not built again
+            node = NodeData.open_spilled(config, built, data_path).in_memory()
+            node.transform_to(transform)
+            node.spill(shared, shard.name)
         else:
             node = NodeData.load(config, partition_id, num_partitions, data_path,
                                  warn=warn, clip=False, transform=transform)
@@ -253,17 +257,10 @@ class RegistrySource:
     def register(self, context: Context) -> tuple[np.ndarray, int]:
         """The hosted client ids and the feature dimension (no data values).
 
-        A data set whose dimension the run config declares (the generated mixture) gives
-        its ids and dimension without data: the node builds its clients when a round
-        first asks for them, not here.
+        The node builds (or reads) its clients' points here, the first time they are
+        needed, as loaded: they are mapped by the run's transform and clipped when the
+        first round asks (:func:`node_data`), and never built again.
         """
-        config = _parsed(tuple(sorted(context.run_config.items())))
-        node_config = context.node_config
-        dim = data_access.dataset(config.data.name).declared_dim(config)
-        if dim is not None and not node_config.get("data-path"):
-            ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
-                                              int(node_config.get("num-partitions", 1)))
-            return ids, dim if ids.size else 0
         node = node_data(context, clip=False)  # mapped and clipped when first asked
         return node.client_ids, node.dim
 
@@ -279,7 +276,8 @@ class RegistrySource:
                  centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE: :meth:`NodeData.evaluate` and ``clipped_points``.
 
-        A clipped client's points are reloaded from the data set.
+        A clipped client's points before the clip are rebuilt from the rows the clip
+        moved, or reloaded from the data set.
         """
         with node_data(context, settings).resident() as node:
             out = node.evaluate(centers)

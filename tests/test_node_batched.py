@@ -142,7 +142,7 @@ def test_a_bounded_node_cache_keeps_the_current_node_and_spills_the_others_to_fi
 
 
 def test_evaluation_reads_clipped_clients_original_points_and_the_rest_in_place():
-    """Points are stacked once; evaluation reloads only the clients clipped to the radius."""
+    """Points are stacked once; evaluation reads clipped clients' points before the clip."""
     from fedkmeans.data import load_client
 
     config = parse_config({"data.num-clients": 12, "data.points-per-client": 20,

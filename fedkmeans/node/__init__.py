@@ -158,10 +158,11 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         they were (:attr:`~fedkmeans.node.memory.NodeMemory.unclipped_rows`, at most
         :data:`KEEP_UNCLIPPED_MAX_FRACTION` of the node's points, else none). Each
         client's rows go through :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so
-        the bits do not depend on where the points live. The norms of all points are those the node already
-        has (``all_norms``, or kept by the estimate round: no second pass) and stay
-        kept, as the points' norms before the clip; the rows kept for reuse of the
-        clients it clips are dropped (:class:`~fedkmeans.node.reusable.ReusableRows`).
+        the bits do not depend on where the points live. The norms of all points are
+        those the node already has (``all_norms``, or kept by the estimate round: no
+        second pass) and stay kept, as the points' norms before the clip; the rows kept
+        for reuse of the clients it clips are dropped
+        (:class:`~fedkmeans.node.reusable.ReusableRows`).
         """
         clipped = total = kept_rows = 0
         clipped_clients, raw_norms = set(), {}
@@ -240,20 +241,21 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         The server resolves the ``auto`` settings after the estimate round, so a node
         is first asked with its points unclipped and then with a data radius: the
         points are clipped then (in place, or from a spilled node's file into memory),
-        not generated again. A node loaded to register (as loaded, in memory) is
-        mapped by the run's transform when first asked. Returns None when the node
-        must be loaded again (its points were clipped to another radius, or mapped by
-        another transform, or spilled before the transform was known).
+        not generated again. A node loaded to register (as loaded, in memory or spilled
+        as built) is mapped by the run's transform when first asked. Returns None when
+        the node must be loaded again (its points were clipped to another radius, or
+        mapped by another transform).
         """
         radius = clip_radius(config)
         if transform != self.transform:
-            if self.radius is not None or self._spilled is not None \
-                    or not self.transform.is_identity:
+            if self.radius is not None or not self.transform.is_identity \
+                    or (self._spilled is not None and self._file_radius is not None):
                 return None
-            self.config = config
-            self.transform_to(transform)
-            self.clip_to(radius, partition_id, warn=warn)
-            return self
+            node = self.in_memory() if self._spilled is not None else self
+            node.config = config
+            node.transform_to(transform)
+            node.clip_to(radius, partition_id, warn=warn)
+            return node
         if radius == self.radius:
             self.config = config
             return self
@@ -262,18 +264,25 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
             return self
         if self.radius is not None:
             return None
-        node = self
-        if self._spilled is not None:  # read the unclipped file into this process
-            with self.resident():
-                stacked = np.array(self._stacked)
-                labels = None if self._labels_stacked is None else np.array(
-                    self._labels_stacked)
-                order, offsets = self._order, self._offsets
-            node = NodeData(config, self.client_ids, {}, dict(self.labels), self.data_path)
-            node._adopt(order, offsets, stacked, labels)
-            node._owned = True
+        node = self.in_memory() if self._spilled is not None else self
         node.config = config
         node.clip_to(radius, partition_id, warn=warn)
+        return node
+
+    def in_memory(self) -> NodeData:
+        """A spilled node's points read into this process: a node of its own array.
+
+        For a file of points as built (unclipped), before they are mapped or clipped in
+        memory; reading the file (from the page cache) replaces building them again.
+        """
+        with self.resident():
+            stacked = np.array(self._stacked)
+            labels = None if self._labels_stacked is None else np.array(self._labels_stacked)
+            order, offsets = self._order, self._offsets
+        node = NodeData(self.config, self.client_ids, {}, dict(self.labels), self.data_path)
+        node._adopt(order, offsets, stacked, labels)
+        node._owned = True
+        node.transform = self.transform
         return node
 
 

@@ -286,15 +286,17 @@ class StageArithmetic:
         Returns the summed squared distance to the nearest center, the number of
         points, and, when labels exist, the label values and the contingency table
         (n_labels, k) of labels against assigned clusters. ``centers`` are in the
-        data's own space: the points are evaluated as loaded (those of clipped clients
-        reloaded, the others mapped back by the inverse of ``transform``, block by
-        block).
+        data's own space: the points before the clip, mapped back by the inverse of
+        ``transform`` block by block (a clipped client's rebuilt from the rows the clip
+        moved, :meth:`_original_segments`; reloaded as loaded when they were not kept).
+        The inverse map of the mapped points restores them up to rounding (relative
+        1e-16 per coordinate), which is below any figure the evaluation reports.
         """
         k = centers.shape[0]
         clients = self.client_ids.tolist()
         self.reusable.clear()  # kept for step 1 only
         cost, labels_of = 0.0, []
-        for segment, mapped in self._original_segments(clients):
+        for segment, mapped in self._original_segments(clients, restore=True):
             for start in range(0, segment.shape[0], BLOCK):
                 block = segment[start:start + BLOCK]
                 if mapped:

@@ -59,7 +59,8 @@ class NodeMemory:
     points: dict[int, np.ndarray] = field(repr=False)
     labels: dict[int, np.ndarray | None] = field(repr=False)
     data_path: str = ""
-    #: Clients with points clipped to the data radius (evaluation reloads only those).
+    #: Clients with points clipped to the data radius (the check and the evaluation
+    #: rebuild or reload only those).
     clipped_clients: frozenset[int] = frozenset()
     #: Each client's points' norms before the clip to the data radius (the estimate
     #: round's norm histogram); absent: the points' own norms.
