@@ -154,3 +154,67 @@ def test_the_optimal_cost_s_seeding_in_blocks_is_scikit_learn_s():
                                                np.random.RandomState(7))
     assert x.shape[0] > optimal._LEAN_BLOCK_ENTRIES // x.shape[1]  # several blocks
     np.testing.assert_array_equal(seeds, expected)
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_a_node_registered_as_built_is_mapped_and_clipped_without_building_again(
+        spill, tmp_path, monkeypatch):
+    """Registration builds the points as loaded; the first round maps and clips them.
+
+    In memory, or spilled as built (read back from its file): the same bits as a node
+    loaded with the transform and the radius, and ``NodeData.load`` is never called again.
+    """
+    from fedkmeans.data.transform import PublicTransform
+
+    transform = PublicTransform(shift=np.full(5, 0.5), scale=np.linspace(0.5, 1.5, 5))
+    registered = NodeData.load(parse_config(CONFIG), 1, 3, clip=False)
+    if spill:
+        registered.spill(tmp_path, "built")
+    loads = []
+    load = NodeData.load
+    monkeypatch.setattr(NodeData, "load", classmethod(
+        lambda cls, *a, **k: loads.append(a) or load.__func__(cls, *a, **k)))
+    node = registered.retarget(parse_config(CONFIG), 1, transform=transform)
+    assert loads == [] and node is not None and node.spilled is False
+    monkeypatch.undo()
+    fresh = NodeData.load(parse_config(CONFIG), 1, 3, transform=transform)
+    assert node.clipped_clients == fresh.clipped_clients and node.clipped_clients
+    for c in fresh.client_ids.tolist():
+        np.testing.assert_array_equal(node.points[c], fresh.points[c])
+    a, b = _answers(node), _answers(fresh)
+    for key, value in b.items():
+        np.testing.assert_array_equal(a[key], value)
+
+
+def test_an_actor_finds_the_node_another_registered_and_does_not_build_it(tmp_path,
+                                                                          monkeypatch):
+    """The flower engine's shared directory: the as-built shard of registration is read."""
+    from flwr.app import Context, RecordDict
+
+    from fedkmeans import client_app
+    from fedkmeans.data.transform import PublicTransform
+
+    monkeypatch.setenv(client_app.SHARD_DIR_ENV, str(tmp_path))
+    transform = PublicTransform(shift=np.full(5, 0.5), scale=None)
+    flat = {**CONFIG, "privacy.data-radius": "auto"}
+    context = Context(run_id=1, node_id=1, state=RecordDict(), run_config=flat,
+                      node_config={"partition-id": 1, "num-partitions": 3})
+    try:
+        client_app.forget_nodes()
+        registered = client_app.node_data(context, clip=False)  # registration
+        ids = registered.client_ids.tolist()
+        client_app.forget_nodes()  # another actor: nothing of the node in memory
+        loads = []
+        load = NodeData.load
+        monkeypatch.setattr(NodeData, "load", classmethod(
+            lambda cls, *a, **k: loads.append(a) or load.__func__(cls, *a, **k)))
+        node = client_app.node_data(context, {**transform.to_settings(),
+                                              "privacy.data-radius": 3.5})
+        assert loads == []
+        monkeypatch.undo()
+        fresh = NodeData.load(parse_config(CONFIG), 1, 3, transform=transform)
+        with node.resident():
+            for c in ids:
+                np.testing.assert_array_equal(node.points[c], fresh.points[c])
+    finally:
+        client_app.forget_nodes()
