@@ -168,10 +168,21 @@ def sha256(data: bytes) -> str:
 
 
 def comparable(release: bytes, stripped: tuple[str, ...] = STRIPPED) -> bytes:
-    """The bytes compared: ``release`` itself, or re-serialised without ``stripped``."""
+    """The bytes compared: ``release`` itself, or re-serialised without ``stripped``.
+
+    Each stripped entry is a key path, dotted for nested keys (``tuning.candidates``);
+    a path the file does not have is ignored.
+    """
     if not stripped:
         return release
-    data = {k: v for k, v in json.loads(release).items() if k not in stripped}
+    data = json.loads(release)
+    for path in stripped:
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
     return json.dumps(data, indent=1).encode()
 
 
@@ -207,14 +218,14 @@ def revision(tree: Path) -> str:
 
 
 def compare(name: str, trees: Mapping[str, Path], shas: Mapping[str, str],
-            work: Path) -> dict[str, object]:
+            work: Path, strip: tuple[str, ...] = ()) -> dict[str, object]:
     """Run ``name`` in the base and head trees and compare their release.json bytes."""
     released, notes = {}, []
     for side, tree in trees.items():
         out = work / side / name
         out.parent.mkdir(parents=True, exist_ok=True)
         facts = run_in_tree(tree, name, out, work / side / "cache")
-        released[side] = comparable((out / "release.json").read_bytes())
+        released[side] = comparable((out / "release.json").read_bytes(), STRIPPED + strip)
         if "checkpoint rounds" in facts:
             notes.append(f"{side}: interrupted ({facts['interrupted']}) with "
                          f"{'/'.join(facts['checkpoint rounds'])} checkpointed")
@@ -237,6 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default=DEFAULT_BASE, help="base revision (git rev)")
     parser.add_argument("--only", nargs="*", choices=sorted(CONFIGS), default=None)
+    parser.add_argument("--strip", nargs="*", default=[], metavar="KEY.PATH",
+                        help="keys to drop before comparing, dotted for nested ones: a "
+                             "change that alters only a record (say so in the commit)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child: run one configuration
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -253,7 +267,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             trees = {"base": base_tree, "head": ROOT}
             shas = {side: revision(tree) for side, tree in trees.items()}
-            rows = [compare(name, trees, shas, Path(tmp) / "runs") for name in names]
+            rows = [compare(name, trees, shas, Path(tmp) / "runs", tuple(args.strip))
+                    for name in names]
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(base_tree)], check=False)
@@ -266,10 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     print(summary)
     if args.only:
         return  # a partial run does not replace the results file
-    stripped = ", ".join(STRIPPED) or "nothing (release.json holds no path, host or time)"
+    stripped = ", ".join((*STRIPPED, *args.strip)) or (
+        "nothing (release.json holds no path, host or time)")
     write_tables(OUT, "release-identity", (
         "# Release identity\n\nMeasured by `python benchmarks/release_identity.py "
-        f"--base {args.base}`: each configuration run with "
+        f"--base {args.base}" + "".join(f" --strip {p}" for p in args.strip)
+        + "`: each configuration run with "
         "`privacy.reproducible-noise = true` on the base revision's package and on this "
         "tree's (each in its own interpreter, `PYTHONPATH` at that tree), and the two "
         "`release.json` files compared byte for byte (SHA-256 of the file). Stripped "

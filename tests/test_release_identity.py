@@ -43,3 +43,15 @@ def test_only_listed_keys_are_stripped_and_a_difference_is_named():
     assert stripped == b'{\n "centers": [\n  [\n   1.0\n  ]\n ]\n}'
     assert release_identity.differing_keys(release, b'{"centers": [[2.0]], "k": 1}') == [
         "centers"]
+
+
+def test_a_dotted_key_strips_a_nested_record_and_nothing_else():
+    release = b'{"tuning": {"chosen": {"T": 1}, "candidates": [1, 2]}, "k": 1}'
+    other = b'{"tuning": {"chosen": {"T": 1}, "candidates": [1]}, "k": 1}'
+    strip = ("tuning.candidates", "absent.key")
+    assert release_identity.comparable(release, strip) == release_identity.comparable(
+        other, strip)
+    assert b'"chosen"' in release_identity.comparable(release, strip)
+    changed = b'{"tuning": {"chosen": {"T": 2}, "candidates": [1, 2]}, "k": 1}'
+    assert release_identity.comparable(changed, strip) != release_identity.comparable(
+        release, strip)
