@@ -69,6 +69,15 @@ class NodeSource(Protocol):
         """After a stage's computation (the rows a node keeps for reuse may be dropped)."""
 
 
+def _fits(settings: dict, dim: int) -> bool:
+    """Whether the request's public transform fits points of dimension ``dim``."""
+    try:
+        PublicTransform.from_settings(settings).check_dim(dim)
+    except ValueError:
+        return False
+    return True
+
+
 def one_blas_thread():
     """BLAS on one thread while a node computes.
 
@@ -105,8 +114,18 @@ def mount_source(app: ClientApp, source: NodeSource) -> None:
 
     @app.query("register")
     def register(msg: Message, context: Context) -> Message:
-        """Announce the hosted client ids and the feature dimension (no data values)."""
+        """Announce the hosted client ids and the feature dimension (no data values).
+
+        With the run's settings in the request (the server's), the node also builds its
+        points now, mapped by the public transform, so no round builds them again;
+        when the transform does not fit the points (the server reports the dimensions
+        after registration) they are left to the first round.
+        """
+        _, settings = unpack(msg.content)
         ids, dim = source.register(context)
+        if settings and ids.size and _fits(settings, dim):
+            source.node(context, settings)
+            source.after_request()
         return Message(pack({"client_ids": ids}, {"dim": dim}), reply_to=msg)
 
     def serve(stage_: Stage) -> None:

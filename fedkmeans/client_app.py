@@ -20,6 +20,7 @@ import numpy as np
 from flwr.app import Context
 from flwr.clientapp import ClientApp
 
+from fedkmeans import data as data_access
 from fedkmeans.client import clipped_points, mount_source
 from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, parse_config
 from fedkmeans.data.transform import IDENTITY, PublicTransform
@@ -257,10 +258,19 @@ class RegistrySource:
     def register(self, context: Context) -> tuple[np.ndarray, int]:
         """The hosted client ids and the feature dimension (no data values).
 
-        The node builds (or reads) its clients' points here, the first time they are
-        needed, as loaded: they are mapped by the run's transform and clipped when the
-        first round asks (:func:`node_data`), and never built again.
+        A data set whose dimension the run config declares (the generated mixture) gives
+        its ids and dimension without data; the registration handler then builds the
+        points under the request's settings (:func:`fedkmeans.client.mount_source`). A
+        file is read here, as loaded, for its dimension; it is mapped by the run's
+        transform and clipped when first asked (:func:`node_data`), not read again.
         """
+        config = _parsed(tuple(sorted(context.run_config.items())))
+        node_config = context.node_config
+        dim = data_access.dataset(config.data.name).declared_dim(config)
+        if dim is not None and not node_config.get("data-path"):
+            ids = data_access.node_client_ids(config, int(node_config.get("partition-id", 0)),
+                                              int(node_config.get("num-partitions", 1)))
+            return ids, dim if ids.size else 0
         node = node_data(context, clip=False)  # mapped and clipped when first asked
         return node.client_ids, node.dim
 

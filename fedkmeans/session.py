@@ -33,7 +33,7 @@ from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
 from fedkmeans.config import ExperimentConfig, check_server_points
 from fedkmeans.config_node import node_settings
-from fedkmeans.data.transform import PublicTransform
+from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
@@ -212,19 +212,19 @@ def run_protocol(
     declared = config
     observers = list(observers)
     pool = ClientPool(grid, config.federation, observers=observers)
-    t0 = time.perf_counter()
-    pool.register()
-    timings["register"] = time.perf_counter() - t0
     server_x = np.asarray(server_x, dtype=np.float64)
+    # the public pre-processing (Q's mean, opt-in its spread): sent with every request
+    # from registration on, where the nodes build their points and map them once
+    transform = _transform(config, checkpoint, server_x) if server_x.ndim == 2 else IDENTITY
+    t0 = time.perf_counter()
+    pool.register(settings={**node_settings(config), **transform.to_settings()})
+    timings["register"] = time.perf_counter() - t0
     if server_x.ndim != 2 or server_x.shape[1] != pool.dim:
         raise ValueError(
             f"server data has d={server_x.shape[-1]} but the nodes' data has d={pool.dim}"
         )
     check_server_points(config, server_x.shape[0])
     subspace = config.largest_k[1] < pool.dim
-    # the public pre-processing (Q's mean, opt-in its spread): the nodes map their
-    # points before the estimate round, so it is sent with every request from now on
-    transform = _transform(config, checkpoint, server_x)
     server_x = transform.apply(server_x)
     check_declared_radius(config, server_x)
     # every request carries what a node computes with (a user's ClientApp has no run

@@ -218,3 +218,25 @@ def test_an_actor_finds_the_node_another_registered_and_does_not_build_it(tmp_pa
                 np.testing.assert_array_equal(node.points[c], fresh.points[c])
     finally:
         client_app.forget_nodes()
+
+
+def test_each_node_builds_its_points_once_at_registration_with_the_transform(monkeypatch,
+                                                                             tmp_path):
+    """The register request carries the run's settings: the nodes build, mapped, then."""
+    from fedkmeans.server.pool import ClientPool
+
+    loads, after_register = [], []
+    load, register = NodeData.load, ClientPool.register
+    monkeypatch.setattr(NodeData, "load", classmethod(
+        lambda cls, *a, **k: loads.append(k.get("transform")) or load.__func__(cls, *a, **k)))
+
+    def counted(self, *a, **k):
+        register(self, *a, **k)
+        after_register.append(len(loads))
+
+    monkeypatch.setattr(ClientPool, "register", counted)
+    run_flat({**CONFIG, "privacy.data-radius": "auto", "privacy.epsilon": 3.0,
+              "federation.num-nodes": 3, "optimal-cost": "skip",
+              "output-dir": str(tmp_path / "run")})
+    assert after_register == [3] and len(loads) == 3  # built at registration, once
+    assert all(t is not None and not t.is_identity for t in loads)  # mapped by Q's mean

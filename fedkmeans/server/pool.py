@@ -80,8 +80,12 @@ class ClientPool:
     settings: dict = field(default_factory=dict)
 
     # -- registration -------------------------------------------------------------
-    def register(self, wait_seconds: float = 600.0) -> None:
+    def register(self, wait_seconds: float = 600.0, settings: dict | None = None) -> None:
         """Wait for ``federation.num-nodes`` nodes, then learn which clients each hosts.
+
+        ``settings``: what every later request carries (the run's node settings and
+        public transform), sent with the request so that a node builds its points
+        once, mapped, at registration.
 
         Raises
         ------
@@ -95,7 +99,7 @@ class ClientPool:
                             f"connected within {wait_seconds:.0f} s")))
         if not node_ids:
             raise FederationError("no node is connected to the SuperLink")
-        replies = self._send({nid: pack({}) for nid in node_ids}, "register")
+        replies = self._send({nid: pack({}, settings) for nid in node_ids}, "register")
         dims: dict[int, int] = {}
         for nid, reply in replies.items():
             try:
