@@ -261,7 +261,7 @@ class PrivacyConfig:
         _not_feddp(" with a fixed k (the check compares the protocol's k centers with "
                    "k-means on the server's data alone)")), hand=0.0)
     #: The final choice's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
-    #: mean squared distance of the server's points to the server-only centers B.
+    #: median squared distance of the server's points to the server-only centers B.
     check_clip: float | str = key(AUTO, _CLIP, node=True)
     #: FedDP-KMeans only: spare centers e of FedDP-Init steps 2 and 3, merged into k on
     #: the server by their noisy counts (0 = the paper's FedDP-Init; ``auto``:

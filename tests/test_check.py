@@ -28,10 +28,16 @@ def test_cost_differences_by_hand():
         cost_differences(far, np.append(owner, 2), 3, a, b, tau=10.0), [[0.0], [10.0], [-3.0]])
 
 
-def test_the_auto_clip_is_the_mean_squared_distance_to_the_server_only_centers():
-    server = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 1.0]])
+def test_the_auto_clip_is_the_median_squared_distance_to_the_server_only_centers():
     centers = np.array([[1.0, 0.0], [10.0, 0.0]])
-    assert check_clip(server, centers) == pytest.approx((1.0 + 1.0 + 1.0) / 3)
+    # squared distances to the nearest center: 1, 4, 4, 36, 0 -> median 4 (the mean, 9,
+    # is pulled up by the one far point)
+    server = np.array([[0.0, 0.0], [3.0, 0.0], [10.0, 2.0], [10.0, 6.0], [1.0, 0.0]])
+    assert check_clip(server, centers) == 4.0
+    # an even count: the middle two of 0, 1, 4, 36 -> 2.5
+    assert check_clip(server[[0, 1, 3, 4]], centers) == 2.5
+    # exact k-means (every distance 0): the smallest positive float, never 0
+    assert check_clip(centers, centers) == np.finfo(float).tiny
 
 
 @pytest.mark.parametrize("level,sensitivity,server_bound", [

@@ -33,7 +33,9 @@ What ``auto`` means per setting
     :data:`CHECK_FRACTION` of the budget on every private FedDP-KMeans run with a fixed
     k. It replaces a public guard: the simulation cannot see how the clients differ from
     Q, so whether the protocol beats k-means on Q alone is decided on the clients' data.
-    ``check-clip``: the mean squared distance of Q to the server-only centers.
+    ``check-clip``: the median squared distance of Q to the server-only centers, a
+    robust scale that Q's far-out points do not inflate
+    (:func:`~fedkmeans.stages.check.check_clip`).
 
     ``min-server-weight``, ``min-cluster-count`` and ``extra-centers``: left ``auto``;
     the algorithm sets them from each release's noise scale (and the spare centers from
@@ -211,7 +213,7 @@ def _resolve_auto(
                                           integer_seed(config.seed, "init", "server-lloyds"))
         privacy = replace(privacy, check_clip=check_clip(server_x, alternative))
         record["why"]["check_clip"] = (
-            "the mean squared distance of the server's points to k-means on them (the "
+            "the median squared distance of the server's points to k-means on them (the "
             "server-only answer the check compares with)")
     if check_auto:  # the final choice is added after the search (not simulated)
         privacy = replace(privacy, check_share=0.0)
