@@ -43,20 +43,12 @@ Sensitivity of ``cost_difference`` (statistic of shape (1,), norm l2):
 Why the median of Q's squared distances and not their mean: the noise is proportional
 to tau, and the clip changes the comparison only for points whose two costs differ by
 more than tau, so tau should be the typical cost of one point, which a few of Q's
-points far from every cluster must not inflate. The mean was the first choice; the
-median came from analysing its one miss on the federation benchmark
-(``benchmarks/federations.py``), so ``missing-0`` is no longer fully held out for the
-check: there the server holds 160 cluster points and 80 uniform out-of-distribution
-points, the mean was 40.3 against a median of 20.2 (seed 0), no client point's
-difference (A = k-means on the clients' data) exceeded either, and at client
-epsilon = 0.5 the check returned the protocol's centers (median 0.87x the server's
-cost) in 0 of 5 seeds. Rerun 10 times (``--federations missing-0 --levels client
---epsilons 0.5 --seeds 5``, secret noise), the check returned them in 27 of 50 runs
-with the median against 14 of 50 with the mean, each time cheaper than the server's
-centers; no final answer was worse than 1.02x the server's. Where Q has no such points
-the two are close (heavy-tailed 14.5 and 13.9, uneven 14.5 and 13.8, seed 0); the price
-of a smaller tau is more clipped terms where the differences are heavy-tailed
-(``scales``, seed 0: 7.7 % of the points against 4.6 %).
+points far from every cluster must not inflate (a server holding out-of-distribution
+points, as in the paper's ablation, doubled the mean there). The price of a smaller
+tau is more clipped terms where the differences are heavy-tailed. The mean was the
+first choice; the median came from analysing its one miss on the federation benchmark,
+so that federation is no longer fully held out for the check (docs/tuning.md, step 3,
+has the measurements).
 
 Why a private choice and not a public guard: a simulation resamples clients from Q
 and cannot see how the clients' data differs from Q, so a few percent of the budget
