@@ -216,8 +216,9 @@ def run_protocol(
     # the public pre-processing (Q's mean, opt-in its spread): sent with every request
     # from registration on, where the nodes build their points and map them once
     transform = _transform(config, checkpoint, server_x) if server_x.ndim == 2 else IDENTITY
+    settings = {**node_settings(config), **transform.to_settings()}
     t0 = time.perf_counter()
-    pool.register(settings={**node_settings(config), **transform.to_settings()})
+    pool.register(settings=settings)
     timings["register"] = time.perf_counter() - t0
     if server_x.ndim != 2 or server_x.shape[1] != pool.dim:
         raise ValueError(
@@ -230,8 +231,7 @@ def run_protocol(
     # every request carries what a node computes with (a user's ClientApp has no run
     # config of ours: fedkmeans.client.mount reads its config from them)
     ctx = wire_context(config, pool, server_x, {}, checkpoint=checkpoint,
-                       observers=observers,
-                       settings={**node_settings(config), **transform.to_settings()})
+                       observers=observers, settings=settings)
     t0 = time.perf_counter()
     config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace)
     timings["tuning"] = time.perf_counter() - t0

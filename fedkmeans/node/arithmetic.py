@@ -166,7 +166,7 @@ class StageArithmetic:
         clients = list(clients)
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
         segments = [seg if mapped else self.transform.apply(seg)
-                    for seg, mapped in self._original_segments(clients, restore=True)]
+                    for seg, mapped in self._original_segments(clients)]
         x = np.concatenate(segments) if segments else np.zeros((0, self.dim))
         rows = cost_differences(x, owner, len(clients), centers, alternative,
                                 check_clip_of(self.config.privacy))
@@ -240,19 +240,19 @@ class StageArithmetic:
         ]
         return {"centers": _stack(stats, (local_k, self.dim))}
 
-    def _original_segments(self, clients: list[int], *, restore: bool = False,
-                           ) -> list[tuple[np.ndarray, bool]]:
-        """The clients' points, in order, as few arrays as possible: ``(points, mapped)``.
+    def _original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
+        """The clients' points before the clip, in order, as few arrays as possible.
 
-        Runs of consecutive clients whose points were not clipped are slices of the
-        stacked points (no copy; ``mapped``: still to be mapped back by the inverse of
-        ``transform``); a clipped client's original points are reloaded, or with
-        ``restore`` rebuilt from its clipped points and the rows the clip moved, as
-        they were (``unclipped_rows``; ``mapped``, the same bits as the reloaded points
-        mapped by ``transform``).
+        ``(points, mapped)``: runs of consecutive clients whose points were not clipped
+        are slices of the stacked points (no copy; ``mapped``: as the stages see them,
+        to be mapped back by the inverse of ``transform`` for the data's own space); a
+        clipped client's points are rebuilt from its clipped points and the rows the
+        clip moved, as they were (``unclipped_rows``; ``mapped``, the same bits as its
+        reloaded points mapped by ``transform``), or reloaded as loaded when those rows
+        were not kept.
         """
         def original(c: int) -> tuple[np.ndarray, bool]:
-            if restore and c in self.unclipped_rows:
+            if c in self.unclipped_rows:
                 rows, before = self.unclipped_rows[c]
                 restored = np.array(self.points[c])
                 restored[rows] = before
@@ -296,7 +296,7 @@ class StageArithmetic:
         clients = self.client_ids.tolist()
         self.reusable.clear()  # kept for step 1 only
         cost, labels_of = 0.0, []
-        for segment, mapped in self._original_segments(clients, restore=True):
+        for segment, mapped in self._original_segments(clients):
             for start in range(0, segment.shape[0], BLOCK):
                 block = segment[start:start + BLOCK]
                 if mapped:

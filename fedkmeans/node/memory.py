@@ -70,8 +70,9 @@ class NodeMemory:
     #: The public transform the points were mapped by before any clip (as loaded: none).
     transform: PublicTransform = IDENTITY
     #: The rows the clip to the data radius moved, as they were before it (mapped by
-    #: ``transform``): ``{client: (row indices, rows)}``, for the final check, which
-    #: compares on the points before the clip; empty: the check reloads the client.
+    #: ``transform``): ``{client: (row indices, rows)}``, for the final check and the
+    #: evaluation, which read the points before the clip; without them the client is
+    #: reloaded.
     unclipped_rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False)
     #: A client's points as loaded, for the rounds that read a clipped client's

@@ -138,7 +138,7 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
 #: Epsilons already composed in this process, by (releases in order, delta,
 #: discretization): the composition is a function of these alone, and a run asks for
 #: the same one twice (the calibration's check at the fine discretization, then the
-#: ledger's spent epsilon once every planned release is made; 0.13-0.17 s each).
+#: ledger's spent epsilon once every planned release is made).
 _COMPOSED: dict[tuple, float] = {}
 _COMPOSED_MAX = 256
 
