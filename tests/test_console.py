@@ -93,7 +93,7 @@ def _masked(lines: list[str], out: Path) -> list[str]:
         line = re.sub(r"epsilon \S+ of", "epsilon <spent> of", line)
         # the estimate round's noisy share beyond the radius (or that it cannot be bounded)
         line = re.sub(r"; (at most \S+% of the points \(95% private upper bound\) lie "
-                      r"outside|the share of points outside) privacy.data-radius = \S+"
+                      r"outside|the share of points outside) privacy.data-radius = [^;\s]+"
                       r"( cannot be bounded at the estimate round's noise)?",
                       "; <clipping>", line)
         masked.append(re.sub(r"node \d+", "node <id>", line))  # ids of the infrastructure
