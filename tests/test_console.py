@@ -89,6 +89,13 @@ def _masked(lines: list[str], out: Path) -> list[str]:
     for line in lines:
         if "positive noisy weight" in line:  # step 2's fallback, read off its noisy release
             continue
+        # the number of FedDP-Lloyds rounds is the tuning's T, chosen from the estimate
+        # round's noisy release: its rounds, the rounds' count and the Lloyds rounds a
+        # resumed run names are left out
+        if re.search(r"\[progress\] round lloyds-\d+ ", line):
+            continue
+        line = re.sub(r" \(\d+/[\d?]+\)$", "", line)
+        line = re.sub(r", lloyds-\d+", "", line)  # a resumed run's list of rounds done
         line = line.replace(str(out), "<out>").replace(release["centers_from"], "<centers>")
         line = re.sub(r"epsilon \S+ of", "epsilon <spent> of", line)
         # the estimate round's noisy share beyond the radius (or that it cannot be bounded)
