@@ -122,11 +122,19 @@ class _ChecksEstimator(FedDPKMeans):
 def test_scikit_learn_s_estimator_checks_pass(reproducible):
     from sklearn.utils.estimator_checks import check_estimator
 
+    from fedkmeans.estimator import CHECKS_THAT_CANNOT_APPLY
+
+    # secret noise: two fits may release different centers (CHECKS_THAT_CANNOT_APPLY)
+    expected = None if reproducible else {
+        "check_fit_idempotent": CHECKS_THAT_CANNOT_APPLY["check_fit_idempotent"]}
     results = check_estimator(_ChecksEstimator(n_clusters=2, reproducible_noise=reproducible),
-                              on_fail=None)
+                              expected_failed_checks=expected, on_fail=None)
     failed = [(r["check_name"], str(r["exception"])[:200]) for r in results
               if r["status"] == "failed"]
     assert not failed
+    statuses = {r["check_name"]: r["status"] for r in results}
+    assert statuses["check_fit_idempotent"] in (("passed",) if reproducible
+                                                else ("passed", "xfail"))
     skipped = {r["check_name"] for r in results if r["status"] == "skipped"}
     determinism = {"check_pipeline_consistency", "check_transformer_general",
                    "check_transformer_data_not_an_array"}
