@@ -14,7 +14,9 @@ accountant of ``dp_accounting`` (pessimistic estimate).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -135,14 +137,6 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_eff))
 
 
-#: Epsilons already composed in this process, by (releases in order, delta,
-#: discretization): the composition is a function of these alone, and a run asks for
-#: the same one twice (the calibration's check at the fine discretization, then the
-#: ledger's spent epsilon once every planned release is made).
-_COMPOSED: dict[tuple, float] = {}
-_COMPOSED_MAX = 256
-
-
 class PrivacyAccountant:
     """Ledger of :class:`Release` objects with PLD accounting of their composition."""
 
@@ -165,17 +159,11 @@ class PrivacyAccountant:
             _group_event([release])
         self._releases.append(release)
 
-    def _groups(self) -> list[list[Release]]:
-        groups: dict[Any, list[Release]] = {}
-        for i, r in enumerate(self._releases):
-            groups.setdefault(r.group if r.group else ("", i), []).append(r)
-        return list(groups.values())
-
     def dp_event(self) -> dp_accounting.DpEvent:
         """``ComposedDpEvent`` of one event per group, in order of first appearance."""
         import dp_accounting
 
-        return dp_accounting.ComposedDpEvent([_group_event(g) for g in self._groups()])
+        return dp_accounting.ComposedDpEvent([_group_event(g) for g in _groups(self._releases)])
 
     def get_epsilon(self, delta: float, *, discretization: float = 1e-4) -> float:
         """Epsilon of the whole ledger at ``delta`` (PLD, pessimistic estimate).
@@ -200,32 +188,7 @@ class PrivacyAccountant:
             return 0.0
         if any(r.noise_scale == 0.0 for r in self._releases):
             return math.inf
-        key = (tuple(self._releases), float(delta), float(discretization))
-        if key not in _COMPOSED:
-            if len(_COMPOSED) >= _COMPOSED_MAX:
-                del _COMPOSED[next(iter(_COMPOSED))]  # the oldest
-            _COMPOSED[key] = self._composed_epsilon(delta, discretization)
-        return _COMPOSED[key]
-
-    def _composed_epsilon(self, delta: float, discretization: float) -> float:
-        """The PLD composition of :meth:`get_epsilon` (not memoised)."""
-        # Identical group events (e.g. Lloyd steps with the same noise) are composed as
-        # one SelfComposedDpEvent: same result, the PLD is built only once.
-        counted: list[list[Any]] = []  # [event, count]; events are not all hashable
-        for group in self._groups():
-            event = _group_event(group)
-            for entry in counted:
-                if entry[0] == event:
-                    entry[1] += 1
-                    break
-            else:
-                counted.append([event, 1])
-        from dp_accounting.pld import PLDAccountant
-
-        pld = PLDAccountant(value_discretization_interval=discretization)
-        for event, count in counted:
-            pld.compose(event, count)
-        return float(max(pld.get_epsilon(delta), 0.0))
+        return _composed_epsilon(tuple(self._releases), float(delta), float(discretization))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: ``{"version": 1, "releases": [Release.to_dict()]}``."""
@@ -240,3 +203,39 @@ class PrivacyAccountant:
         for d in state["releases"]:
             acc.record(Release(**d))
         return acc
+
+
+def _groups(releases: Sequence[Release]) -> list[list[Release]]:
+    """The releases by group (an ungrouped release alone), in order of first appearance."""
+    groups: dict[Any, list[Release]] = {}
+    for i, r in enumerate(releases):
+        groups.setdefault(r.group if r.group else ("", i), []).append(r)
+    return list(groups.values())
+
+
+@lru_cache(maxsize=256)
+def _composed_epsilon(releases: tuple[Release, ...], delta: float,
+                      discretization: float) -> float:
+    """The PLD epsilon of :meth:`PrivacyAccountant.get_epsilon`, memoised.
+
+    A function of the releases in order, delta and the discretization alone, and a run
+    asks for the same one twice (the calibration's check at the fine discretization,
+    then the ledger's spent epsilon once every planned release is made).
+    """
+    # Identical group events (e.g. Lloyd steps with the same noise) are composed as
+    # one SelfComposedDpEvent: same result, the PLD is built only once.
+    counted: list[list[Any]] = []  # [event, count]; events are not all hashable
+    for group in _groups(releases):
+        event = _group_event(group)
+        for entry in counted:
+            if entry[0] == event:
+                entry[1] += 1
+                break
+        else:
+            counted.append([event, 1])
+    from dp_accounting.pld import PLDAccountant
+
+    pld = PLDAccountant(value_discretization_interval=discretization)
+    for event, count in counted:
+        pld.compose(event, count)
+    return float(max(pld.get_epsilon(delta), 0.0))
