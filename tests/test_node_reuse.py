@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
+import pytest
 
 from fedkmeans import client_app
 from fedkmeans.config import parse_config
@@ -21,17 +22,17 @@ def _node(points: dict) -> NodeData:
                     {c: None for c in points})
 
 
-POINTS = {0: [[3, 4], [0, 1]], 1: [[6, 8]], 2: [[1, 0], [0, 2]]}
+POINTS = {0: [[3, 4], [0, 1]], 1: [[6, 8], [0, 0]], 2: [[1, 0], [0, 2]]}
 
 
 def test_step_one_takes_the_estimate_round_s_rows_of_the_clients_the_clip_left_alone():
     node = _node(POINTS)
     node.estimates([0, 1, 2])
-    np.testing.assert_array_equal(node._norms, [5, 1, 10, 1, 2])  # kept from that pass
+    np.testing.assert_array_equal(node._norms, [5, 1, 10, 0, 1, 2])  # kept from that pass
     assert len(node.reusable) == 3
     node.clip_to(5.0)  # only client 1's point (norm 10) moves, to (3, 4)
     assert node.clipped_clients == {1} and len(node.reusable) == 2
-    np.testing.assert_array_equal(node.raw_norms[1], [10])
+    np.testing.assert_array_equal(node.raw_norms[1], [10, 0])
     rows = node.covariance_triangles([0, 1, 2])["covariance"]
     # upper triangles (xx, xy, yy) of X^T X: 9+0, 12+0, 16+1; 9, 12, 16 after the clip; 1, 0, 4
     np.testing.assert_array_equal(rows, [[9, 12, 17], [9, 12, 16], [1, 0, 4]])
@@ -39,6 +40,20 @@ def test_step_one_takes_the_estimate_round_s_rows_of_the_clients_the_clip_left_a
     fresh = _node(POINTS)
     fresh.clip_to(5.0)
     np.testing.assert_array_equal(fresh.covariance_triangles([0, 1, 2])["covariance"], rows)
+
+
+def test_a_client_with_fewer_points_than_dimensions_is_normed_by_its_gram_and_not_kept():
+    # X = [[1, 2, 2], [0, 0, 3]]: X X^T = [[9, 6], [6, 9]], X^T X = [[1, 2, 2], [2, 4, 4],
+    # [2, 4, 13]]; both have squared Frobenius norm 81 + 36 + 36 + 81 = 1 + 3 * 4 + 2 * 4
+    # + 2 * 16 + 16 + 169 = 234
+    node = NodeData(parse_config({**CLIENT, "data.dim": 3}), np.array([0, 1]),
+                    {0: np.array([[1., 2, 2], [0, 0, 3]]), 1: np.eye(3)}, {0: None, 1: None})
+    moments = node._second_moment_norms([0, 1])
+    assert moments[0] == pytest.approx(np.sqrt(234), rel=1e-15)
+    assert moments[1] == pytest.approx(np.sqrt(3), rel=1e-15)  # X^T X = I, kept
+    assert len(node.reusable) == 1
+    rows = node.covariance_triangles([0, 1])["covariance"]
+    np.testing.assert_array_equal(rows, [[1, 2, 2, 4, 4, 13], [1, 0, 0, 1, 0, 1]])
 
 
 def test_a_later_stage_drops_rows_step_one_did_not_take():

@@ -40,7 +40,7 @@ from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.arithmetic import StageArithmetic
 from fedkmeans.node.memory import NodeMemory, shard_ready, write_shard
 from fedkmeans.node.secagg import SecAggEncoding
-from fedkmeans.privacy.clipping import clip_rows_l2
+from fedkmeans.privacy.clipping import clip_rows_l2, row_norms
 
 __all__ = ["NodeData", "clip_radius", "shard_ready", "write_shard"]
 
@@ -172,7 +172,7 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
             if all_norms is None:
                 all_norms = self._raw_point_norms()
             if all_norms is None:  # the file's points as built, mapped without norms
-                all_norms = np.linalg.norm(self._stacked, axis=1)
+                all_norms = row_norms(self._stacked)
             self._norms = all_norms
         for cid in self.client_ids.tolist():
             x = self.points.get(cid)
@@ -183,7 +183,7 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
                 i = self._position[cid]
                 norms = all_norms[self._offsets[i]:self._offsets[i + 1]]
             else:
-                norms = np.linalg.norm(x, axis=1)
+                norms = row_norms(x)
             outside = int((norms > radius).sum())
             if outside:
                 inside = clip_rows_l2(x, radius)

@@ -27,6 +27,7 @@ for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,7 +38,13 @@ from fedkmeans import data as data_access
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
-from fedkmeans.privacy.clipping import clip_stacked, clip_upper_triangles, triangle_weights
+from fedkmeans.privacy.clipping import (
+    clip_stacked,
+    clip_upper_triangles,
+    row_norms,
+    triangle_weights,
+    weighted_l2_norms,
+)
 from fedkmeans.seeding import integer_seed
 from fedkmeans.stages import statistic_bounds
 
@@ -165,11 +172,13 @@ class StageArithmetic:
         self.reusable.clear()  # kept for step 1 only
         clients = list(clients)
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
-        segments = [seg if mapped else self.transform.apply(seg)
-                    for seg, mapped in self._original_segments(clients)]
-        x = np.concatenate(segments) if segments else np.zeros((0, self.dim))
-        rows = cost_differences(x, owner, len(clients), centers, alternative,
-                                check_clip_of(self.config.privacy))
+        tau = check_clip_of(self.config.privacy)
+        rows, start = np.zeros((len(clients), 1)), 0
+        for segment, mapped in self._original_segments(clients):  # no stacked copy
+            end = start + segment.shape[0]
+            rows += cost_differences(segment if mapped else self.transform.apply(segment),
+                                     owner[start:end], len(clients), centers, alternative, tau)
+            start = end
         return {"cost_difference": self._clip_rows("cost_difference", rows)}
 
     def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
@@ -182,9 +191,8 @@ class StageArithmetic:
         stage's bound (a no-op for honest rows).
 
         One pass over the points: their norms are the node's, computed once with
-        the points (and kept for the clip to the data radius); the ``X^T X``
-        triangles are kept for step 1 (:attr:`~fedkmeans.node.memory.NodeMemory.
-        reusable`), which takes those of the clients the clip leaves unchanged.
+        the points (and kept for the clip to the data radius); the Frobenius norms
+        come from :meth:`_second_moment_norms`.
         """
         from fedkmeans.stages.estimate import client_rows
 
@@ -194,18 +202,43 @@ class StageArithmetic:
             norms = self._rows_of(all_norms, clients)
         else:
             norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
-                                    else np.linalg.norm(self.points[c], axis=1)
+                                    else row_norms(self.points[c])
                                     for c in clients] or [np.zeros(0)])
         sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
         moments = None
         level = self.config.privacy.level
         if level == "client":
-            weights = triangle_weights(self.dim)
-            triangles = self.raw_covariance_triangles(clients)
-            moments = np.sqrt(np.maximum(triangles**2 @ weights, 0.0))
-            self.reusable.keep(clients, triangles)
+            moments = self._second_moment_norms(clients)
         rows = client_rows(sizes, moments, norms, owner, level=level)
         return {"estimates": self._clip_rows("estimates", rows)}
+
+    def _second_moment_norms(self, clients: Sequence[int]) -> np.ndarray:
+        """Each client's ``||X^T X||_F``, shape (m,); keeps the triangles worth keeping.
+
+        ``||X^T X||_F^2 = ||X X^T||_F^2 = sum_{p, q} (p . q)^2``. A client with fewer
+        points than dimensions (``n < d``) gets it from its ``n x n`` Gram matrix
+        (``n^2 d`` multiply-adds instead of ``n d^2 / 2``), and step 1 computes its
+        ``X^T X``, once. A client with ``n >= d`` gets it from its ``X^T X`` triangle,
+        which is kept for step 1 (:attr:`~fedkmeans.node.memory.NodeMemory.reusable`):
+        for it the matrix costs more to compute than its ``d (d + 1) / 2`` numbers cost
+        to keep. Either way the released bin is that of the same norm (up to rounding).
+        """
+        d = self.dim
+        moments = np.zeros(len(clients))
+        large = []
+        for i, c in enumerate(clients):
+            x = self.points[c]
+            if x.shape[0] >= d:
+                large.append(i)
+            elif x.shape[0]:
+                gram = x @ x.T
+                moments[i] = math.sqrt(np.einsum("ij,ij->", gram, gram))
+        if large:
+            kept = [clients[i] for i in large]
+            triangles = self.raw_covariance_triangles(kept)
+            moments[large] = weighted_l2_norms(triangles, triangle_weights(d))
+            self.reusable.keep(kept, triangles)
+        return moments
 
     def _clip_jointly(self, sums: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
         """Client level: scale each client's sums and counts by one factor.

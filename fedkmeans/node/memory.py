@@ -33,6 +33,7 @@ import numpy as np
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.reusable import ReusableRows
+from fedkmeans.privacy.clipping import row_norms
 from fedkmeans.spill_files import NamelessFiles, ShardFiles, private_dir, private_file
 
 
@@ -277,7 +278,7 @@ class NodeMemory:
         whose points were clipped before any norm was kept.
         """
         if self._norms is None and self._stacked is not None and self.radius is None:
-            self._norms = np.linalg.norm(self._stacked, axis=1)
+            self._norms = row_norms(self._stacked)
         return self._norms
 
     def _rows_of(self, values: np.ndarray, clients: Sequence[int]) -> np.ndarray:

@@ -3,7 +3,10 @@
 At client level the estimate round and FedDP-Init's step 1 both need every client's
 ``X^T X``: the first for its Frobenius norm (a bin of the released histogram,
 :mod:`fedkmeans.stages.estimate`), the second as the statistic itself, on the points
-clipped to the data radius, which the server resolves in between. A client none of
+clipped to the data radius, which the server resolves in between. The estimate round
+computes and keeps it only for a client with at least as many points as dimensions;
+a smaller client's norm comes from its cheaper ``n x n`` Gram matrix, and step 1
+computes its ``X^T X`` once. A client none of
 whose points the clip moves has the same points, so the same ``X^T X`` to the last bit
 (the same ``dsyrk`` on the same array); a client with a clipped point has other points
 and its matrix is computed again (``X'^T X' = X^T X - sum (1 - s_p^2) p p^T`` would
@@ -20,14 +23,15 @@ import numpy as np
 class ReusableRows:
     """Per-client rows one round computed that a later round takes, once, if still valid.
 
-    The estimate round computes every client's ``X^T X`` at client level (for the
-    Frobenius norm it releases a bin of); step 1 needs the same matrix of the points
-    clipped to the data radius, which is resolved in between. The rows are kept here,
-    in the blocks they were computed in (one per message, shape (m, width)); the clip
-    :meth:`forget` s the clients it changed, step 1 :meth:`take` s the others' rows,
-    and a block is freed when its last row is taken or forgotten. Their bytes count
-    in the node's memory bound (:attr:`NodeMemory.nbytes`), and the ClientApp drops
-    them (:meth:`clear`) before it spills any points: a dropped row is computed again.
+    The estimate round computes the ``X^T X`` of every client with ``n >= d`` at client
+    level (for the Frobenius norm it releases a bin of); step 1 needs the same matrix of
+    the points clipped to the data radius, which is resolved in between. The rows are
+    kept here, in the blocks they were computed in (one per message, shape (m, width));
+    the clip :meth:`forget` s the clients it changed, step 1 :meth:`take` s the others'
+    rows, and a block is freed when its last row is taken or forgotten. Their bytes
+    count in the node's memory bound (:attr:`NodeMemory.nbytes`), and the ClientApp
+    drops them (:meth:`clear`) before it spills any points: a dropped row is computed
+    again.
     """
 
     def __init__(self) -> None:
