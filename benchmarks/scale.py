@@ -39,6 +39,7 @@ from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
 from fedkmeans.clustering.client_stats import nearest_center
+from fedkmeans.clustering.distances import center_scores
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
@@ -177,8 +178,8 @@ CHUNK = 100_000
 
 
 def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int = 0,
-                      check: bool = False) -> tuple[float, float]:
-    """Seconds for the default pipeline's passes over pooled data, and the per-client floor.
+                      check: bool = False) -> dict[str, float]:
+    """Seconds of the default pipeline's arithmetic, vectorised in one process.
 
     Parameters
     ----------
@@ -191,24 +192,36 @@ def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int =
 
     Returns
     -------
+    dict
+        ``client_level``: every pass a default client-level run makes over the
+        clients' data, with the per-client statistics that level needs (the server
+        clips each client's own statistic, so their sum is not the pooled statistic),
+        done on the pooled data in one process with vectorised NumPy (no noise, no
+        messages, no loop over clients: batched products over the clients' points,
+        which are all of one size here, and one-hot products keyed by client). What
+        no federated run of that pipeline can beat:
+
+        * the estimate round: every point's norm, its client's norm-bin counts, and
+          each client's ``||X^T X||_F`` (from the ``n x n`` Gram matrices when
+          ``n < d``; from step 1's matrices, counted there, otherwise);
+        * step 1: each client's ``X^T X`` (upper triangle), clipped by its Frobenius
+          norm, summed; the top-k eigenvectors;
+        * step 2: each projected point's nearest projected server point, each client's
+          histogram, clipped (l1) and summed; weighted k-means on the projected server
+          data;
+        * step 3 and T Lloyds steps: the nearest (projected) center, each client's
+          per-cluster sums and counts, clipped jointly, summed;
+        * the check: each point's cost difference between two center sets, clipped,
+          summed per client, each client's sum clipped;
+        * the evaluation: the nearest center and the cost.
+
+        Not counted: the tuning's public simulation (it reads no client data).
     pooled : float
-        Every pass a default run makes over the clients' data, done on the pooled data
-        in one process with vectorised NumPy (no noise, no messages, no per-client
-        loops): the estimate round (every point's norm), FedDP-Init step 1 (one
-        ``X^T X`` and its top-k eigenvectors), step 2 (each projected point's nearest
-        projected server point, the histogram, weighted k-means on the server's
-        projected data), step 3 (the nearest projected center, per-cluster sums and
-        counts), T Lloyds steps (the nearest center in d, sums and counts), the check
-        (the nearest of two center sets in d) and the evaluation (the nearest center and
-        the cost). What no federated run of that pipeline can beat. Not counted: the
-        per-client Gram norms of the estimate round at client level (a per-client
-        quantity, see ``per_client_step1``) and the tuning's public simulation (it reads
-        no client data).
+        The same passes without the per-client statistics (one pooled ``X^T X``, one
+        histogram, one set of sums): the bound of the rows measured before.
     per_client_step1 : float
-        Step 1's per-client arithmetic alone, with nothing else: one ``dsyrk`` per
-        client read into its upper triangle (what a node does), for every client.
-        The protocol needs each client's own matrix (the server clips it), so this is
-        a floor for any per-client implementation of step 1.
+        Step 1's per-client arithmetic alone, as a node does it (one ``dsyrk`` per
+        client read into its upper triangle), for every client.
     """
     config = parse_config({"data.num-clients": n_clients, "data.points-per-client": points,
                            "data.dim": dim})
@@ -216,44 +229,147 @@ def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int =
     x = np.concatenate(clients)
     q, _ = load_server(config)
     k = config.k
+    weighted_kmeans(q, np.ones(q.shape[0]), k, seed=0)  # its imports, outside every timing
+    return {"client_level": _client_level_passes(x, q, n_clients, points, k, lloyds_steps,
+                                                 check),
+            "pooled": _pooled_passes(x, q, k, lloyds_steps, check),
+            "per_client_step1": _per_client_step1(clients, dim)}
+
+
+def _nearest(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Nearest center in chunks (n x m at once would not fit)."""
+    return np.concatenate([nearest_center(data[i:i + CHUNK], centers)
+                           for i in range(0, data.shape[0], CHUNK)])
+
+
+def _onehot_sums(data: np.ndarray, keys: np.ndarray, rows: int) -> np.ndarray:
+    """Sum of the rows of ``data`` per key: one sparse one-hot product, one pass."""
+    onehot = sparse.csr_matrix((np.ones(keys.size), (keys, np.arange(keys.size))),
+                               shape=(rows, keys.size))
+    return np.asarray(onehot @ data)
+
+
+def _evaluate(x: np.ndarray, centers: np.ndarray) -> float:
+    labels = _nearest(x, centers)
+    return sum(float(np.sum((x[i:i + CHUNK] - centers[labels[i:i + CHUNK]]) ** 2))
+               for i in range(0, x.shape[0], CHUNK))
+
+
+def _pooled_passes(x, q, k, lloyds_steps, check) -> float:
     start = time.perf_counter()
-
-    def nearest(data: np.ndarray, centers: np.ndarray) -> np.ndarray:  # in chunks: n x m
-        return np.concatenate([nearest_center(data[i:i + CHUNK], centers)  # at once would
-                               for i in range(0, data.shape[0], CHUNK)])  # not fit
-
-    def sums_counts(data: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        # one sparse one-hot product: one pass over the data (boolean masks copy it k times)
-        onehot = sparse.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
-                                   shape=(k, labels.size))
-        np.bincount(labels, minlength=k)
-        return np.asarray(onehot @ data)
-
     np.sqrt(np.einsum("ij,ij->i", x, x))  # the estimate round: every point's norm
     basis = top_eigenvectors(x.T @ x, k)  # step 1
     projected_server = q @ basis.T
     projected = x @ basis.T
-    hist = np.bincount(nearest(projected, projected_server),  # step 2
+    hist = np.bincount(_nearest(projected, projected_server),  # step 2
                        minlength=q.shape[0]).astype(float)
     xi = weighted_kmeans(projected_server, hist, k, seed=0)
-    sums = sums_counts(x, nearest(projected, xi))  # step 3
-    centers = sums + 1.0
+    labels = _nearest(projected, xi)  # step 3
+    centers = _onehot_sums(x, labels, k) + 1.0
+    np.bincount(labels, minlength=k)
     for _ in range(lloyds_steps):  # FedDP-Lloyds
-        centers = sums_counts(x, nearest(x, centers)) + 1.0
+        labels = _nearest(x, centers)
+        centers = _onehot_sums(x, labels, k) + 1.0
+        np.bincount(labels, minlength=k)
     if check:  # the check: both center sets
-        nearest(x, centers), nearest(x, centers[::-1].copy())
-    labels = nearest(x, centers)  # the evaluation: nearest center and cost, in chunks
-    sum(float(np.sum((x[i:i + CHUNK] - centers[labels[i:i + CHUNK]]) ** 2))
-        for i in range(0, x.shape[0], CHUNK))
-    pooled = time.perf_counter() - start
-    del x, projected
+        _nearest(x, centers), _nearest(x, centers[::-1].copy())
+    _evaluate(x, centers)
+    return time.perf_counter() - start
+
+
+#: Clients per block of the client-level bound's per-client statistics.
+CLIENT_BLOCK = 4096
+
+
+def _clip_sum(rows: np.ndarray, norms: np.ndarray, bound: float) -> np.ndarray:
+    """Sum of the rows scaled to norm ``bound`` (the server's per-client clip)."""
+    return np.minimum(1.0, bound / np.maximum(norms, 1e-300)) @ rows
+
+
+def _client_level_passes(x, q, m, n, k, lloyds_steps, check) -> float:
+    d = x.shape[1]
+    x3 = x.reshape(m, n, d)  # a view: client j's points are x3[j]
+    owner = np.repeat(np.arange(m), n)
+    blocks = [(s, min(s + CLIENT_BLOCK, m)) for s in range(0, m, CLIENT_BLOCK)]
+    start = time.perf_counter()
+    # the estimate round: the points' norms in 160 bins per client; the Gram norms
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    bins = np.clip(np.floor(4 * np.log2(np.maximum(norms, 1e-300)) + 80), 0, 159)
+    np.bincount(owner * 160 + bins.astype(np.int64), minlength=m * 160)
+    if n < d:
+        for a, b in blocks:
+            gram = np.matmul(x3[a:b], x3[a:b].transpose(0, 2, 1))
+            np.sqrt(np.einsum("mij,mij->m", gram, gram))
+    # step 1: per-client X^T X, clipped by its Frobenius norm, summed (full matrices:
+    # packing the upper triangles only shrinks the messages)
+    total = np.zeros(d * d)
+    for a, b in blocks:
+        second = np.matmul(x3[a:b].transpose(0, 2, 1), x3[a:b]).reshape(b - a, d * d)
+        total += _clip_sum(second, np.sqrt(np.einsum("ij,ij->i", second, second)), 30.0 * n)
+    basis = top_eigenvectors(total.reshape(d, d), k)
+    # step 2: per-client histograms of the nearest projected server point
+    projected_server = q @ basis.T
+    projected = x @ basis.T
+    nearest = _nearest(projected, projected_server)
+    size = q.shape[0]
+    hist = np.zeros(size)
+    for a, b in blocks:
+        per_client = np.bincount(owner[a * n:b * n] * size + nearest[a * n:b * n] - a * size,
+                                 minlength=(b - a) * size).reshape(b - a, size)
+        hist += _clip_sum(per_client.astype(float), per_client.sum(axis=1), float(n))
+    xi = weighted_kmeans(projected_server, hist, k, seed=0)
+
+    def sums_counts(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
+        labels = _nearest(data, centers)
+        sums = np.zeros((k, d))
+        for a, b in blocks:
+            keys = owner[a * n:b * n] * k + labels[a * n:b * n] - a * k
+            per_client = _onehot_sums(x[a * n:b * n], keys, (b - a) * k).reshape(b - a, k, d)
+            counts = np.bincount(keys, minlength=(b - a) * k).reshape(b - a, k)
+            scale = np.minimum(1.0, 2.2 * n / np.maximum(
+                np.sqrt(np.einsum("mkd,mkd->m", per_client, per_client)), 1e-300))
+            sums += np.einsum("m,mkd->kd", scale, per_client)
+            scale @ counts
+        return sums + 1.0
+
+    centers = sums_counts(projected, xi)  # step 3
+    for _ in range(lloyds_steps):  # FedDP-Lloyds
+        centers = sums_counts(x, centers)
+    if check:  # the check: each point's clipped cost difference, per client, clipped
+        other = centers[::-1].copy()
+        differences = np.zeros(m)
+        for i in range(0, x.shape[0], CHUNK):
+            block = x[i:i + CHUNK]
+            sq = np.einsum("ij,ij->i", block, block)
+            diff = (np.maximum(center_scores(block, centers).min(axis=1) + sq, 0.0)
+                    - np.maximum(center_scores(block, other).min(axis=1) + sq, 0.0))
+            differences += np.bincount(owner[i:i + CHUNK], weights=np.clip(diff, -1.0, 1.0),
+                                       minlength=m)
+        np.clip(differences, -float(n), float(n)).sum()
+    _evaluate(x, centers)
+    return time.perf_counter() - start
+
+
+def _per_client_step1(clients: list[np.ndarray], dim: int) -> float:
     rows, cols = np.triu_indices(dim)
     upper = cols * dim + rows
     row = np.empty(rows.size)
     start = time.perf_counter()
     for points_j in clients:
         np.take(blas.dsyrk(1.0, points_j, trans=1, lower=0).T.reshape(-1), upper, out=row)
-    return pooled, time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def _bound_columns(bound: dict[str, float], after: float) -> dict[str, object]:
+    """The row's bound columns (empty without a bound): see :func:`numpy_lower_bound`."""
+    def cell(value):
+        return "" if value is None else round(value, 3)
+
+    lower, pooled = bound.get("client_level"), bound.get("pooled")
+    return {"numpy_lower_bound_s": cell(lower), "pooled_bound_s": cell(pooled),
+            "per_client_step1_floor_s": cell(bound.get("per_client_step1")),
+            "after_startup_over_bound": "" if lower is None else round(after / lower, 2),
+            "after_startup_over_pooled": "" if pooled is None else round(after / pooled, 2)}
 
 
 #: Columns that identify a row of scale.csv.
@@ -369,13 +485,13 @@ def main() -> None:
                     steps = result["tuning"]["chosen"].get("lloyds_steps", steps)
                 steps = int(steps)
                 pipeline = (steps, "check" in result)
-                lower, floor = None, None
+                bound: dict[str, float] = {}
                 if not args.no_lower_bound:  # in a child: the pooled data never stays here
                     if pipeline not in bounds:
                         with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
                             bounds[pipeline] = pool.submit(
                                 numpy_lower_bound, n, points, dim, *pipeline).result()
-                    lower, floor = bounds[pipeline]
+                    bound = bounds[pipeline]
                 rounds = {k: round(t.get(k, 0.0), 2) for k in
                           ("register", "estimate", "tuning", "init-1", "init-2", "init-3")}
                 rounds["lloyds"] = round(sum(v for k, v in t.items()
@@ -396,9 +512,7 @@ def main() -> None:
                        for role in ("driver", "serverapp", "superlink", "superexec", "ray",
                                     "flwr-cli", "other")},
                     "spilled_files_gib": round(memory.shards / 2**30, 2),
-                    "numpy_lower_bound_s": "" if lower is None else round(lower, 3),
-                    "per_client_step1_floor_s": "" if floor is None else round(floor, 3),
-                    "after_startup_over_bound": "" if lower is None else round(after / lower, 2),
+                    **_bound_columns(bound, after),
                     "bound_pipeline": f"T={pipeline[0]}" + (", check" if pipeline[1] else ""),
                     "tuning_share": round(t.get("tuning", 0.0) / after, 3) if after else "",
                     "cost": round(result["metrics"]["cost"], 3),
@@ -424,11 +538,18 @@ def main() -> None:
         "*spilled_files_gib*: the peak size of the nodes' points spilled to files "
         "(`federation.node-cache-mb`; read back through the page cache, which the kernel "
         "may reclaim, so outside every RSS; empty for rows measured before spilling "
-        "existed); *numpy_lower_bound_s*: the passes over the data of the pipeline the row's "
-        "run executed (*bound_pipeline*: its T Lloyds steps and whether the check ran), "
-        "done once on the pooled data with vectorised NumPy (`numpy_lower_bound`), so "
-        "*after_startup_over_bound* compares like with like; rows measured before issue "
-        "#37 bounded FedDP-Init alone; *tuning_share*: *tuning_s* (the estimate round and "
+        "existed); *numpy_lower_bound_s*: the arithmetic of the client-level pipeline the "
+        "row's run executed (*bound_pipeline*: its T Lloyds steps and whether the check "
+        "ran), with the per-client statistics that level needs (each client's X^T X, "
+        "Gram norm, histogram and sums, clipped, as the server clips them), done in one "
+        "process with vectorised NumPy: batched over the clients, no messages, no noise "
+        "(`numpy_lower_bound`), so *after_startup_over_bound* compares like with like; "
+        "*pooled_bound_s*: the same passes on the pooled data without per-client "
+        "statistics (one X^T X, one histogram, one set of sums: what the column held for "
+        "the rows measured before the client-level bound, and *after_startup_over_pooled* "
+        "against it); rows measured before issue #37 bounded FedDP-Init alone; "
+        "*per_client_step1_floor_s*: step 1's per-client X^T X alone, one `dsyrk` per "
+        "client as a node computes it; *tuning_share*: *tuning_s* (the estimate round and "
         "the public simulation) over *after_startup_s*.\n\n"
         + "\n".join(lines) + "\n"
     )
