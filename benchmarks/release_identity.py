@@ -192,6 +192,31 @@ def differing_keys(base: bytes, head: bytes) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k, None) != b.get(k, None))
 
 
+def max_relative_difference(base: bytes, head: bytes) -> float | None:
+    """Largest ``|a - b| / max(|a|, |b|)`` over the numbers of two release.json files.
+
+    None when they differ in anything but the values of floats (a key, a string, an
+    integer, a length): only rounding can then be the difference.
+    """
+    worst = 0.0
+
+    def walk(a, b) -> bool:
+        nonlocal worst
+        if isinstance(a, float) or isinstance(b, float):
+            if not isinstance(a, int | float) or not isinstance(b, int | float):
+                return False
+            if a != b:
+                worst = max(worst, abs(a - b) / max(abs(a), abs(b)))
+            return True
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(walk(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(walk(x, y) for x, y in zip(a, b, strict=True))
+        return a == b
+
+    return worst if walk(json.loads(base), json.loads(head)) else None
+
+
 def run_in_tree(tree: Path, name: str, output_dir: Path, cache: Path) -> dict[str, object]:
     """Run ``name`` in a fresh interpreter importing ``fedkmeans`` from ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree), "FEDKMEANS_CACHE_DIR": str(cache),
@@ -218,7 +243,8 @@ def revision(tree: Path) -> str:
 
 
 def compare(name: str, trees: Mapping[str, Path], shas: Mapping[str, str],
-            work: Path, strip: tuple[str, ...] = ()) -> dict[str, object]:
+            work: Path, strip: tuple[str, ...] = (), rtol: float | None = None,
+            ) -> dict[str, object]:
     """Run ``name`` in the base and head trees and compare their release.json bytes."""
     released, notes = {}, []
     for side, tree in trees.items():
@@ -239,7 +265,12 @@ def compare(name: str, trees: Mapping[str, Path], shas: Mapping[str, str],
            "base sha": shas["base"], "head sha": shas["head"],
            "base sha256": sha256(released["base"]), "head sha256": sha256(released["head"]),
            "identical": "yes" if identical else "no",
-           "expected": "no" if name in CONTROLS else "yes", "notes": "; ".join(notes)}
+           "expected": "no" if name in CONTROLS else "yes"}
+    if rtol is not None:
+        worst = max_relative_difference(released["base"], released["head"])
+        row["max relative difference"] = "structure differs" if worst is None else f"{worst:.3g}"
+        row["within rtol"] = "yes" if worst is not None and worst <= rtol else "no"
+    row["notes"] = "; ".join(notes)
     print(json.dumps(row), flush=True)
     return row
 
@@ -251,6 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--strip", nargs="*", default=[], metavar="KEY.PATH",
                         help="keys to drop before comparing, dotted for nested ones: a "
                              "change that alters only a record (say so in the commit)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="also compare the numbers: a configuration whose files differ "
+                             "only in float values, each within this relative difference, "
+                             "counts as the same release up to rounding")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child: run one configuration
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -267,8 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             trees = {"base": base_tree, "head": ROOT}
             shas = {side: revision(tree) for side, tree in trees.items()}
-            rows = [compare(name, trees, shas, Path(tmp) / "runs", tuple(args.strip))
-                    for name in names]
+            rows = [compare(name, trees, shas, Path(tmp) / "runs", tuple(args.strip),
+                            args.rtol) for name in names]
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(base_tree)], check=False)
@@ -278,6 +313,10 @@ def main(argv: list[str] | None = None) -> None:
     caught = sum(row["identical"] == "no" for row in controls)
     summary = (f"{same} of {len(checked)} configurations identical; "
                f"{caught} of {len(controls)} controls differ, as expected.")
+    if args.rtol is not None:
+        close = sum(row["within rtol"] == "yes" for row in checked)
+        summary += (f" Up to rounding (every number within a relative {args.rtol:g}, "
+                    f"nothing else different): {close} of {len(checked)}.")
     print(summary)
     if args.only:
         return  # a partial run does not replace the results file
@@ -286,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     write_tables(OUT, "release-identity", (
         "# Release identity\n\nMeasured by `python benchmarks/release_identity.py "
         f"--base {args.base}" + "".join(f" --strip {p}" for p in args.strip)
+        + (f" --rtol {args.rtol:g}" if args.rtol is not None else "")
         + "`: each configuration run with "
         "`privacy.reproducible-noise = true` on the base revision's package and on this "
         "tree's (each in its own interpreter, `PYTHONPATH` at that tree), and the two "

@@ -55,3 +55,17 @@ def test_a_dotted_key_strips_a_nested_record_and_nothing_else():
     changed = b'{"tuning": {"chosen": {"T": 2}, "candidates": [1, 2]}, "k": 1}'
     assert release_identity.comparable(changed, strip) != release_identity.comparable(
         release, strip)
+
+
+def test_the_relative_difference_reads_only_float_values():
+    base = b'{"centers": [[1.0, -4.0]], "k": 2, "why": "a"}'
+    # 1.0 vs 1.000001: 1e-6 / 1.000001; -4.0 vs -4.0: 0
+    worst = release_identity.max_relative_difference(
+        base, b'{"centers": [[1.000001, -4.0]], "k": 2, "why": "a"}')
+    assert worst == pytest.approx(1e-6 / 1.000001, rel=1e-9)
+    assert release_identity.max_relative_difference(base, base) == 0.0
+    for other in (b'{"centers": [[1.0, -4.0]], "k": 3, "why": "a"}',  # an integer
+                  b'{"centers": [[1.0, -4.0]], "k": 2, "why": "b"}',  # a string
+                  b'{"centers": [[1.0]], "k": 2, "why": "a"}',  # a length
+                  b'{"centers": [[1.0, -4.0]], "k": 2}'):  # a key
+        assert release_identity.max_relative_difference(base, other) is None
