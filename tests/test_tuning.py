@@ -12,6 +12,7 @@ from fedkmeans.clustering import (
     supported_eigenvectors,
     top_eigenvectors,
 )
+from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.config import AUTO, ConfigError, parse_config
 from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
@@ -27,6 +28,7 @@ from fedkmeans.tuning.search import (
     paired_search,
 )
 from fedkmeans.tuning.simulation import (
+    SimulatedFederation,
     server_clusters,
     simulated_federation,
     subspace_coordinates,
@@ -300,3 +302,19 @@ def test_the_simulated_pool_answers_in_messages_of_about_4096_points():
     whole = pool.node.histogram(ids.tolist(), basis, server)["histogram"]
     np.testing.assert_array_equal(replies.stats["histogram"], whole)  # integer counts
     assert replies.stats["histogram"].sum() == 20_000
+
+
+def test_a_simulated_federation_s_cost_is_the_mean_nearest_squared_distance():
+    # points (0, 0), (3, 4) | (1, 0); centers (0, 0), (3, 0): (3, 4) is 16 from (3, 0)
+    # and 25 from (0, 0), (1, 0) is 1 from (0, 0): mean (0 + 16 + 1) / 3
+    federation = SimulatedFederation({0: np.array([[0.0, 0.0], [3.0, 4.0]]),
+                                      1: np.array([[1.0, 0.0]])}, 1.0, np.zeros((1, 2)))
+    centers = np.array([[0.0, 0.0], [3.0, 0.0]])
+    assert federation.cost(centers) == pytest.approx(17 / 3, rel=1e-15)
+    rng = np.random.default_rng(5)
+    federation = SimulatedFederation({c: rng.normal(size=(20, 7)) * 30 for c in range(4)},
+                                     1.0, np.zeros((1, 7)))
+    for _ in range(5):  # the same bits as the distances' own minimum, every candidate
+        centers = rng.normal(size=(3, 7)) * 30
+        assert federation.cost(centers) == float(
+            squared_distances(federation.pooled, centers).min(axis=1).mean())

@@ -51,7 +51,7 @@ import numpy as np
 from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.clustering.distances import center_scores, squared_distances
 from fedkmeans.clustering.server_steps import top_eigenvectors
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.node import NodeData
@@ -95,11 +95,30 @@ class SimulatedFederation:
     #: Step-1 triangles by clients, before the client-level clip: they do not depend on
     #: the candidate, and are the costliest to compute (one d x d per client).
     covariances: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The pooled points and their squared norms, computed once for every candidate.
+    _pooled: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def pooled(self) -> np.ndarray:
-        """Every simulated point, shape (n, d)."""
-        return np.concatenate(list(self.points.values()))
+        """Every simulated point, shape (n, d) (computed once)."""
+        if "points" not in self._pooled:
+            self._pooled["points"] = np.concatenate(list(self.points.values()))
+        return self._pooled["points"]
+
+    def cost(self, centers: np.ndarray) -> float:
+        """Mean squared distance of the simulated points to their nearest center.
+
+        ``squared_distances(pooled, centers).min(axis=1).mean()`` to the bit: the
+        squared norms are those :func:`squared_distances` adds, computed once for every
+        candidate, and ``min_c max(s_c + |p|^2, 0) = max(min_c s_c + |p|^2, 0)`` exactly
+        (rounding is monotone), so one score per point is shifted instead of k.
+        """
+        x = self.pooled
+        if "norms" not in self._pooled:
+            self._pooled["norms"] = (x * x).sum(axis=-1)
+        nearest = center_scores(x, centers).min(axis=1)
+        nearest += self._pooled["norms"]
+        return float(np.maximum(nearest, 0.0, out=nearest).mean())
 
 
 def subspace_coordinates(server_x: np.ndarray, k: int) -> np.ndarray:
@@ -356,8 +375,7 @@ def simulate_cost(
                        scaled, settings={}, progress=False, secagg=False)
     with _quiet():
         centers = algorithm(config.algorithm).run(ctx)
-    pooled = federation.pooled
-    return float(squared_distances(pooled, centers).min(axis=1).mean())
+    return federation.cost(centers)
 
 
 def federation_rng(config: ExperimentConfig, rep: int) -> np.random.Generator:
