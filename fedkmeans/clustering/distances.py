@@ -18,8 +18,12 @@ import numpy as np
 __all__ = ["BLOCK", "center_scores", "squared_distances"]
 
 #: Points whose distances to the centers are computed at a time by callers that bound
-#: memory (the nodes): bounds the (points, centers) distance matrix.
-BLOCK = 65536
+#: memory (the nodes): bounds the (points, centers) score matrix. Small enough that it
+#: stays near the cache (4096 x 300 server points x 8 B = 9.8 MB): a larger block's
+#: fresh temporary costs more in page faults than the fewer calls save (the nearest of
+#: 300 projected server points for 50,000 points: 32 ms in blocks of 65,536, 9.6 ms in
+#: blocks of 4096). Each point's scores are the same bits in any block.
+BLOCK = 4096
 
 
 def center_scores(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
