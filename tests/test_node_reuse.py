@@ -111,3 +111,21 @@ def test_a_client_level_run_gives_the_same_bits_whether_its_nodes_keep_rows_or_s
                         "output-dir": str(tmp_path / "spilled")})
     assert held["centers"] == spilled["centers"]
     assert held["privacy"]["releases"] == spilled["privacy"]["releases"]
+
+
+@pytest.mark.parametrize("n, d", [(50, 100), (300, 12), (7, 30), (1, 5)])
+def test_batched_triangles_are_the_bits_of_one_dsyrk_per_client(n, d):
+    from scipy.linalg import blas
+
+    rng = np.random.default_rng(n)
+    # every seventh client one point larger: runs of equal sizes and runs of one
+    points = {c: rng.normal(size=(n + (c % 7 == 0), d)) * 10 for c in range(40)}
+    node = NodeData(parse_config({"data.dim": d}), np.arange(40), points,
+                    dict.fromkeys(points))
+    runs = [(i, j) for i, j, _ in node._equal_size_runs(list(range(40)), 32)]
+    assert (1, 7) in runs and (0, 1) in runs  # batched and single clients both
+    rows, cols = np.triu_indices(d)
+    expected = np.stack([blas.dsyrk(1.0, node.points[c], trans=1, lower=0).T.reshape(-1)[
+        cols * d + rows] for c in range(40)])
+    np.testing.assert_array_equal(node.raw_covariance_triangles(list(range(40))), expected)
+    np.testing.assert_array_equal(node.raw_covariance_triangles([5, 3, 4]), expected[[5, 3, 4]])

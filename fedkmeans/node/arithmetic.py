@@ -48,6 +48,9 @@ from fedkmeans.privacy.clipping import (
 from fedkmeans.seeding import integer_seed
 from fedkmeans.stages import statistic_bounds
 
+#: Clients per batched ``X^T X`` product (32 x d x d doubles: 2.6 MB at d = 100).
+TRIANGLE_RUN = 32
+
 
 class StageArithmetic:
     """Per-stage statistics of the asked clients (a mixin of :class:`~fedkmeans.node.NodeData`)."""
@@ -83,15 +86,26 @@ class StageArithmetic:
         return {"covariance": self.clip_covariance_triangles(triangles)}
 
     def raw_covariance_triangles(self, clients: Sequence[int]) -> np.ndarray:
-        """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2)."""
+        """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2).
+
+        Clients of one size stored one after the other (:meth:`_equal_size_runs`) get
+        their matrices from one batched product, :data:`TRIANGLE_RUN` at a time; any
+        other client from a BLAS ``dsyrk``. Both sum each entry's products in the
+        points' order: the same bits (tested), the batched product about a quarter
+        faster for small clients.
+        """
         d = self.dim
         rows, cols = np.triu_indices(d)
-        upper = cols * d + rows  # (i, j), i <= j, in dsyrk's column-major result
+        upper = cols * d + rows  # (i, j), i <= j, in a column-major (or symmetric) result
         out = np.zeros((len(clients), rows.size))
-        for i, c in enumerate(clients):
-            x = self.points[c]
-            if x.shape[0]:
-                second_moment = blas.dsyrk(1.0, x, trans=1, lower=0)
+        for i, j, block in self._equal_size_runs(clients, TRIANGLE_RUN):
+            if not block.shape[1]:
+                continue
+            if j - i > 1:
+                second = np.matmul(block.transpose(0, 2, 1), block)
+                np.take(second.reshape(j - i, d * d), upper, axis=1, out=out[i:j])
+            else:
+                second_moment = blas.dsyrk(1.0, block[0], trans=1, lower=0)
                 np.take(second_moment.T.reshape(-1), upper, out=out[i])
         return out
 

@@ -314,6 +314,35 @@ class NodeMemory:
             return int(self._spilled.array(_POINTS, "r").shape[1])
         return 0
 
+    def _equal_size_runs(
+        self, clients: Sequence[int], longest: int
+    ) -> Iterator[tuple[int, int, np.ndarray]]:
+        """``(i, j, block)``: runs of ``clients[i:j]`` as one array (j - i, n, d), no copy.
+
+        A run is at most ``longest`` clients that lie one after the other in the
+        node's stacked points and all have ``n`` points; ``block[a]`` is then
+        ``points[clients[i + a]]``. Any other client is a run of one (its own points,
+        with a leading axis). Consecutive runs cover ``clients`` in order.
+        """
+        i = 0
+        while i < len(clients):
+            x = self.points[clients[i]]
+            j = i + 1
+            if self._stacked is not None and x.shape[0]:
+                first, n = self._position[clients[i]], x.shape[0]
+                while (j < len(clients) and j - i < longest
+                       and self._position.get(clients[j]) == first + j - i
+                       and self.points[clients[j]].shape[0] == n):
+                    j += 1
+                if j > i + 1:
+                    start = self._offsets[first]
+                    block = self._stacked[start:start + (j - i) * n]
+                    yield i, j, block.reshape(j - i, n, x.shape[1])
+                    i = j
+                    continue
+            yield i, i + 1, x[None]
+            i += 1
+
     def _pooled(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The asked clients' points stacked (n, d) and each row's client position."""
         sizes = [self.points[c].shape[0] for c in clients]
