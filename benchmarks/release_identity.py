@@ -76,6 +76,10 @@ CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
         **CLIENT, **LLOYDS, "privacy.sampling-rate": 0.5, "privacy.count-noise": "gaussian"}),
     "datapoint-auto": ("every setting auto (estimate round, tuning simulation)", {
         key: "auto" for key in HAND_KEYS}),
+    "client-auto-small": ("client level, every setting auto, clients of fewer points than "
+                          "dimensions (their X^T X norms from the n x n Gram matrix)", {
+        **CLIENT, **{key: "auto" for key in HAND_KEYS}, "data.points-per-client": 5,
+        "data.num-clients": 60}),
     "secagg-datapoint": ("SecAgg+, data-point level, seeded shares", SECAGG),
     "secagg-client": ("SecAgg+, client level, 2 Lloyds steps, seeded shares", {
         **SECAGG, **CLIENT, **LLOYDS}),
