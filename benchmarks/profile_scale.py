@@ -1,13 +1,13 @@
 """Profile the scale benchmark's run, or measure the optimal-cost diagnostic's memory.
 
-    python benchmarks/profile_scale.py --clients 100000
+    python benchmarks/profile_scale.py --clients 100000 [--write after]
     python benchmarks/profile_scale.py --clients 100000 --flower 60 40
     python benchmarks/profile_scale.py --optimal-cost 30000:50:100 100000:10:20
 
 Default: one in-process FedDP-KMeans run with the configuration of
 ``benchmarks/scale.py`` (mixture, 50 points per client, d = 100, client level,
-eps = 3, T = 0, 100 nodes); prints the round timings and the functions with the most
-own time (cProfile adds roughly 10-30% to the wall time).
+eps = 3, 100 nodes, every other setting at its default); prints the round timings and
+the functions with the most own time (cProfile adds roughly 10-30% to the wall time).
 
 ``--flower DELAY SECONDS``: the same configuration on ``flwr run`` (engine
 ``flower``, 100 SuperNodes, 2 actors), sampled by py-spy (``pip install py-spy``) for
@@ -238,6 +238,9 @@ def main() -> None:
     parser.add_argument("--flower", nargs=2, type=float, metavar=("DELAY", "SECONDS"))
     parser.add_argument("--spy-dir", default=tempfile.mkdtemp(prefix="profile-flower-"))
     parser.add_argument("--output", default=str(OUT / "scale-optimal-cost"))
+    parser.add_argument("--write", metavar="LABEL",
+                        help="also write the timings and the top entries to "
+                             "docs/results/scale-profile-LABEL.md")
     args = parser.parse_args()
     if args.optimal_cost:
         measure_optimal_cost(args.optimal_cost, Path(args.output))
@@ -250,10 +253,43 @@ def main() -> None:
         result = profile.runcall(
             run, BASE + [f"data.num-clients={args.clients}", f"output-dir={tmp}/run"]
         )
-    print({k: round(v, 2) for k, v in result["timings"].items()})
+    timings = {k: round(v, 2) for k, v in result["timings"].items()}
+    print(timings)
     out = io.StringIO()
     pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())
+    if args.write:
+        write_profile(args.write, args.clients, timings, profile, args.top)
+
+
+def write_profile(label: str, clients: int, timings: dict, profile: cProfile.Profile,
+                  top: int) -> None:
+    """docs/results/scale-profile-LABEL.md: the run's timings and its top entries by own time."""
+    import subprocess
+
+    import fedkmeans
+
+    package = Path(fedkmeans.__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    stats = pstats.Stats(profile)
+    rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:top]
+    lines = [
+        f"Measured by `python benchmarks/profile_scale.py --clients {clients} --write "
+        f"{label}` with the package of commit {commit or 'unknown'}: one in-process run "
+        f"of `benchmarks/scale.py`'s configuration at {clients} clients x 50 points x "
+        "d = 100, client level, under cProfile (which slows Python-heavy code: the "
+        "entries show where the time goes, not how long a run takes).", "",
+        "The run's own timings (seconds):", "",
+        "| " + " | ".join(timings) + " |", "|" + "---|" * len(timings),
+        "| " + " | ".join(str(v) for v in timings.values()) + " |", "",
+        f"Top {top} functions by own time:", "",
+        "| calls | own s | cumulative s | function |", "|---|---|---|---|",
+    ]
+    for (path, line, name), (_, calls, own, cumulative, _) in rows:
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        lines.append(f"| {calls} | {own:.3f} | {cumulative:.3f} | `{where}` |")
+    (OUT / f"scale-profile-{label}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
