@@ -39,10 +39,11 @@ from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
 from fedkmeans.clustering.client_stats import nearest_center
-from fedkmeans.clustering.distances import BLOCK, center_scores
+from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
+from fedkmeans.stages.check import cost_differences
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 
@@ -338,15 +339,7 @@ def _client_level_passes(x, q, m, n, k, lloyds_steps, check) -> float:
     for _ in range(lloyds_steps):  # FedDP-Lloyds
         centers = sums_counts(x, centers)
     if check:  # the check: each point's clipped cost difference, per client, clipped
-        other = centers[::-1].copy()
-        differences = np.zeros(m)
-        for i in range(0, x.shape[0], CHUNK):
-            block = x[i:i + CHUNK]
-            sq = np.einsum("ij,ij->i", block, block)
-            diff = (np.maximum(center_scores(block, centers).min(axis=1) + sq, 0.0)
-                    - np.maximum(center_scores(block, other).min(axis=1) + sq, 0.0))
-            differences += np.bincount(owner[i:i + CHUNK], weights=np.clip(diff, -1.0, 1.0),
-                                       minlength=m)
+        differences = cost_differences(x, owner, m, centers, centers[::-1].copy(), 1.0)
         np.clip(differences, -float(n), float(n)).sum()
     _evaluate(x, centers)
     return time.perf_counter() - start
