@@ -176,14 +176,15 @@ class ClientPool:
         """
         round_name = round_name or stage
         config = {**self.settings, **(config or {})}
-        wanted = set(np.asarray(clients).tolist())
+        wanted_ids = np.unique(np.asarray(clients))  # once, not once per node
+        wanted = set(wanted_ids.tolist())
         requested = {}
         for nid, hosted in self.node_clients.items():
-            mine = hosted[np.isin(hosted, list(wanted))]
+            mine = hosted[np.isin(hosted, wanted_ids)]
             if mine.size:
                 requested[nid] = mine
         for observer in self.observers:
-            observer.on_broadcast(round_name, dict(arrays), np.asarray(sorted(wanted)))
+            observer.on_broadcast(round_name, dict(arrays), wanted_ids)
         if self.secagg is not None:
             result = self.secagg.aggregate(self, stage, requested, arrays, expected, round_name)
             contributors = np.asarray(result.contributors if result.contributors is not None
