@@ -8,7 +8,7 @@ computes and keeps it only for a client with at least as many points as dimensio
 a smaller client's norm comes from its cheaper ``n x n`` Gram matrix, and step 1
 computes its ``X^T X`` once. A client none of
 whose points the clip moves has the same points, so the same ``X^T X`` to the last bit
-(the same ``dsyrk`` on the same array); a client with a clipped point has other points
+(the same product on the same array); a client with a clipped point has other points
 and its matrix is computed again (``X'^T X' = X^T X - sum (1 - s_p^2) p p^T`` would
 be the same matrix, not the same bits, and the statistics sent must not change).
 """

@@ -22,6 +22,10 @@ __all__ = [
 
 _NORMS = ("l2", "l1", "l1_nonnegative")
 _SHRINK = 1.0 - 4.0 * np.finfo(np.float64).eps
+#: Rows at a time of :func:`row_norms` (a temporary that stays small).
+_NORM_ROWS = 2048
+#: Rows squared at a time by :func:`weighted_l2_norms` (a buffer that stays in cache).
+_SQUARE_ROWS = 64
 
 
 def _validate_bound(bound: float) -> float:
@@ -67,14 +71,6 @@ def row_norms(x: NDArray[np.floating]) -> NDArray[np.floating]:
         block = x[start:start + _NORM_ROWS]
         np.sqrt(np.add.reduce(block * block, axis=1), out=out[start:start + block.shape[0]])
     return out
-
-
-#: Rows a time of :func:`row_norms` (a temporary that stays small).
-_NORM_ROWS = 2048
-
-
-#: Rows squared at a time by :func:`weighted_l2_norms` (a buffer that stays in cache).
-_SQUARE_ROWS = 64
 
 
 def weighted_l2_norms(

@@ -177,7 +177,6 @@ class ClientPool:
         round_name = round_name or stage
         config = {**self.settings, **(config or {})}
         wanted_ids = np.unique(np.asarray(clients))  # once, not once per node
-        wanted = set(wanted_ids.tolist())
         requested = {}
         for nid, hosted in self.node_clients.items():
             mine = hosted[np.isin(hosted, wanted_ids)]
@@ -221,10 +220,10 @@ class ClientPool:
             del rows
         ids = sink.client_ids()
         self._record_answers(round_name, requested, ids)
-        need = math.ceil(self.federation.min_replies * len(wanted))
+        need = math.ceil(self.federation.min_replies * wanted_ids.size)
         if ids.size < need:  # the counts are client data: only with the opt-in
             raise FederationError(f"round '{round_name}': " + (
-                f"{ids.size} of {len(wanted)} requested clients gave a valid reply, "
+                f"{ids.size} of {wanted_ids.size} requested clients gave a valid reply, "
                 f"federation.min-replies requires {need}" if diagnostics_on_console() else
                 "too few requested clients gave a valid reply for federation.min-replies="
                 f"{self.federation.min_replies:g} (the counts: {DIAGNOSTICS_ENV}=1)"))
