@@ -175,8 +175,8 @@ def keep_within_budget() -> None:
     recently used nodes go first, the current node's last, so the bound holds however
     large one node is (its points are spilled as before).
     """
-    if not _BUDGET:
-        return
+    if not _BUDGET or not any(len(n.reusable) for n in _NODES.values()):
+        return  # nothing that could be dropped (and no node's bytes to add up)
     budget = _BUDGET[0]
     held = sum(n.nbytes for n in _NODES.values())
     for node in list(_NODES.values()):  # least recently used first; the current last
