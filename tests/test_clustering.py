@@ -14,7 +14,11 @@ from fedkmeans.clustering import (
     weighted_kmeans,
 )
 from fedkmeans.clustering.client_stats import nearest_center
-from fedkmeans.clustering.distances import center_scores, squared_distances
+from fedkmeans.clustering.distances import (
+    center_scores,
+    nearest_squared_distances,
+    squared_distances,
+)
 
 POINTS = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [11.0, 1.0]])
 
@@ -153,3 +157,17 @@ def test_kmeans_on_a_small_problem_runs_on_one_openmp_thread_with_the_same_resul
     assert server_steps.ONE_THREAD_MAX_VALUES == 1_000_000
     # beyond the bound the default (no limit) is kept
     assert not hasattr(server_steps._threads_for(1_000_001), "restore_original_limits")
+
+
+def test_nearest_squared_distances_are_the_bits_of_the_distances_minimum():
+    # (0, 0) and (3, 4) against centers (0, 0), (3, 0): 0 and 16 (25 to the origin)
+    points, centers = np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([[0.0, 0.0], [3.0, 0.0]])
+    np.testing.assert_array_equal(nearest_squared_distances(points, centers), [0.0, 16.0])
+    rng = np.random.default_rng(3)
+    for d, k in ((1, 3), (7, 5), (100, 10)):
+        x, c = rng.normal(size=(500, d)) * 40, rng.normal(size=(k, d)) * 40
+        x[:k] = c  # points on a center: where the expansion's round-off is clipped to 0
+        expected = squared_distances(x, c).min(axis=1)
+        np.testing.assert_array_equal(nearest_squared_distances(x, c), expected)
+        norms = (x * x).sum(axis=-1)
+        np.testing.assert_array_equal(nearest_squared_distances(x, c, norms), expected)

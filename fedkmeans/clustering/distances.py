@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "center_scores", "squared_distances"]
+__all__ = ["BLOCK", "center_scores", "nearest_squared_distances", "squared_distances"]
 
 #: Points whose distances to the centers are computed at a time by callers that bound
 #: memory (the nodes): bounds the (points, centers) score matrix. Small enough that it
@@ -70,3 +70,28 @@ def squared_distances(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
     d2 += (points * points).sum(axis=-1)[..., None]
     np.maximum(d2, 0.0, out=d2)
     return d2
+
+
+def nearest_squared_distances(
+    points: np.ndarray, centers: np.ndarray, squared_norms: np.ndarray | None = None
+) -> np.ndarray:
+    """``||p - c||^2`` to the nearest center of every point, shape (n,), never negative.
+
+    ``squared_distances(points, centers).min(axis=1)`` to the bit, with one addition
+    per point instead of k: ``min_c max(s_c + |p|^2, 0) = max(min_c s_c + |p|^2, 0)``
+    exactly, because rounding is monotone.
+
+    Parameters
+    ----------
+    points : ndarray of shape (n, d)
+    centers : ndarray of shape (k, d)
+    squared_norms : ndarray of shape (n,), optional
+        ``|p|^2`` of every point, when the caller has them (computed once for several
+        center sets); default ``(points * points).sum(axis=-1)``, the
+        :func:`squared_distances` ones.
+    """
+    if squared_norms is None:
+        squared_norms = (points * points).sum(axis=-1)
+    nearest = center_scores(points, centers).min(axis=1)
+    nearest += squared_norms
+    return np.maximum(nearest, 0.0, out=nearest)

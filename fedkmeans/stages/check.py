@@ -63,7 +63,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from fedkmeans.clustering import kmeans
-from fedkmeans.clustering.distances import BLOCK, center_scores, squared_distances
+from fedkmeans.clustering.distances import BLOCK, nearest_squared_distances
 from fedkmeans.config import AUTO, PrivacyConfig
 from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
@@ -112,7 +112,7 @@ def check_clip(server_x: np.ndarray, alternative: np.ndarray) -> float:
     more than a typical point's cost counts as one typical point; never 0 (a server
     whose k-means is exact gets the smallest positive float's worth of clip).
     """
-    nearest = squared_distances(server_x, alternative).min(axis=1)
+    nearest = nearest_squared_distances(server_x, alternative)
     return max(float(np.median(nearest)), np.finfo(float).tiny)
 
 
@@ -137,11 +137,9 @@ def cost_differences(
     out = np.zeros(clients)
     for start in range(0, points.shape[0], BLOCK):
         x = points[start:start + BLOCK]
-        # min_c max(s_c + |p|^2, 0) = max(min_c s_c + |p|^2, 0) exactly (rounding is
-        # monotone): |p|^2 once per point, added to one score per center set
-        norms = np.einsum("ij,ij->i", x, x)
-        diff = (np.maximum(center_scores(x, centers).min(axis=1) + norms, 0.0)
-                - np.maximum(center_scores(x, alternative).min(axis=1) + norms, 0.0))
+        norms = np.einsum("ij,ij->i", x, x)  # |p|^2 once for both center sets
+        diff = (nearest_squared_distances(x, centers, norms)
+                - nearest_squared_distances(x, alternative, norms))
         # a point so far out that both squared distances overflow (inf - inf) counts 0;
         # every term stays in [-tau, tau]
         diff = np.nan_to_num(diff, nan=0.0, posinf=tau, neginf=-tau)

@@ -51,7 +51,7 @@ import numpy as np
 from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.clustering.distances import center_scores, squared_distances
+from fedkmeans.clustering.distances import nearest_squared_distances, squared_distances
 from fedkmeans.clustering.server_steps import top_eigenvectors
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.node import NodeData
@@ -108,17 +108,13 @@ class SimulatedFederation:
     def cost(self, centers: np.ndarray) -> float:
         """Mean squared distance of the simulated points to their nearest center.
 
-        ``squared_distances(pooled, centers).min(axis=1).mean()`` to the bit: the
-        squared norms are those :func:`squared_distances` adds, computed once for every
-        candidate, and ``min_c max(s_c + |p|^2, 0) = max(min_c s_c + |p|^2, 0)`` exactly
-        (rounding is monotone), so one score per point is shifted instead of k.
+        :func:`nearest_squared_distances` with the points' squared norms computed once
+        for every candidate (those :func:`squared_distances` adds: the same bits).
         """
         x = self.pooled
         if "norms" not in self._pooled:
             self._pooled["norms"] = (x * x).sum(axis=-1)
-        nearest = center_scores(x, centers).min(axis=1)
-        nearest += self._pooled["norms"]
-        return float(np.maximum(nearest, 0.0, out=nearest).mean())
+        return float(nearest_squared_distances(x, centers, self._pooled["norms"]).mean())
 
 
 def subspace_coordinates(server_x: np.ndarray, k: int) -> np.ndarray:
