@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 from results_table import markdown_table, write_csv
-from scipy import sparse
 from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
@@ -44,6 +43,7 @@ from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
+from fedkmeans.node.arithmetic import one_hot_sums
 from fedkmeans.stages.check import cost_differences
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -249,13 +249,6 @@ def _nearest(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
                            for i in range(0, data.shape[0], CHUNK)])
 
 
-def _onehot_sums(data: np.ndarray, keys: np.ndarray, rows: int) -> np.ndarray:
-    """Sum of the rows of ``data`` per key: one sparse one-hot product, one pass."""
-    onehot = sparse.csr_matrix((np.ones(keys.size), (keys, np.arange(keys.size))),
-                               shape=(rows, keys.size))
-    return np.asarray(onehot @ data)
-
-
 def _evaluate(x: np.ndarray, centers: np.ndarray) -> float:
     labels = _nearest(x, centers)
     return sum(float(np.sum((x[i:i + CHUNK] - centers[labels[i:i + CHUNK]]) ** 2))
@@ -272,16 +265,24 @@ def _pooled_passes(x, q, k, lloyds_steps, check) -> float:
                        minlength=q.shape[0]).astype(float)
     xi = weighted_kmeans(projected_server, hist, k, seed=0)
     labels = _nearest(projected, xi)  # step 3
-    centers = _onehot_sums(x, labels, k) + 1.0
-    np.bincount(labels, minlength=k)
+    centers = _means(one_hot_sums(x, labels, k), np.bincount(labels, minlength=k))
     for _ in range(lloyds_steps):  # FedDP-Lloyds
         labels = _nearest(x, centers)
-        centers = _onehot_sums(x, labels, k) + 1.0
-        np.bincount(labels, minlength=k)
+        centers = _means(one_hot_sums(x, labels, k), np.bincount(labels, minlength=k))
     if check:  # the check: both center sets
         _nearest(x, centers), _nearest(x, centers[::-1].copy())
     _evaluate(x, centers)
     return time.perf_counter() - start
+
+
+def _means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The centers a step releases, ``sums / counts`` (an empty cluster: its sum).
+
+    The bound's centers must be means, as the run's are: with the sums themselves as
+    centers (the bound before this was fixed) nearly every point went to one center,
+    and the one-hot sums of such a degenerate assignment cost about half as much.
+    """
+    return sums / np.maximum(counts, 1.0)[:, None]
 
 
 #: Clients per block of the client-level bound's per-client statistics.
@@ -328,16 +329,16 @@ def _client_level_passes(x, q, m, n, k, lloyds_steps, check) -> float:
 
     def sums_counts(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
         labels = _nearest(data, centers)
-        sums = np.zeros((k, d))
+        sums, counts = np.zeros((k, d)), np.zeros(k)
         for a, b in blocks:
             keys = owner[a * n:b * n] * k + labels[a * n:b * n] - a * k
-            per_client = _onehot_sums(x[a * n:b * n], keys, (b - a) * k).reshape(b - a, k, d)
-            counts = np.bincount(keys, minlength=(b - a) * k).reshape(b - a, k)
+            per_client = one_hot_sums(x[a * n:b * n], keys, (b - a) * k).reshape(b - a, k, d)
+            per_client_counts = np.bincount(keys, minlength=(b - a) * k).reshape(b - a, k)
             scale = np.minimum(1.0, 2.2 * n / np.maximum(
                 np.sqrt(np.einsum("mkd,mkd->m", per_client, per_client)), 1e-300))
             sums += np.einsum("m,mkd->kd", scale, per_client)
-            scale @ counts
-        return sums + 1.0
+            counts += scale @ per_client_counts
+        return _means(sums, counts)
 
     centers = sums_counts(projected, xi)  # step 3
     for _ in range(lloyds_steps):  # FedDP-Lloyds

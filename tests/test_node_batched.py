@@ -8,6 +8,7 @@ import pytest
 from fedkmeans.clustering import cluster_sums_counts, projected_histogram
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
+from fedkmeans.node.arithmetic import one_hot_sums
 from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2
 
 
@@ -225,3 +226,18 @@ def test_a_node_parses_a_run_config_once_per_settings_and_still_refuses_a_bad_on
                 client_app.node_data(context({**flat, "data.dim": 0}))
     finally:
         client_app.forget_nodes()
+
+
+def test_one_hot_sums_add_each_key_s_points_in_their_order_from_zero():
+    points = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0], [0.5, 0.25]])
+    np.testing.assert_array_equal(one_hot_sums(points, np.array([2, 0, 2, 2]), 4),
+                                  [[10, 20], [0, 0], [101.5, 202.25], [0, 0]])
+    # the bits of a loop over the points, which rounding makes order-sensitive
+    rng = np.random.default_rng(5)
+    points = rng.normal(size=(5000, 3)) * 10.0 ** rng.integers(-8, 8, size=(5000, 1))
+    keys = rng.integers(0, 7, size=5000)
+    expected = np.zeros((7, 3))
+    for key, point in zip(keys, points, strict=True):
+        expected[key] += point
+    np.testing.assert_array_equal(one_hot_sums(points, keys, 7), expected)
+    assert one_hot_sums(np.zeros((0, 3)), np.zeros(0, np.int64), 2).shape == (2, 3)

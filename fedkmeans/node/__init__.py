@@ -93,7 +93,11 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
         """Map the (untransformed, unclipped) points by ``transform``, before any clip.
 
         The node's own block is mapped in place; a loader's arrays, which may be
-        shared, are replaced by mapped copies (the same bits).
+        shared, are replaced by mapped copies (the same bits). In a private run the
+        mapped points' norms, which the clip to the data radius and the estimate round
+        read, are computed in the same pass, :data:`MAP_ROWS` rows at a time while
+        they are in the cache (the same bits as :func:`row_norms` of the mapped block):
+        a node built at registration reads its points once for both.
         """
         if transform == self.transform:
             return
@@ -102,15 +106,23 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
             raise ValueError("transform_to needs the node's points as loaded, in memory")
         if self.points:
             transform.check_dim(self.dim)
+        norms = None
         if self._stacked is not None:
-            stacked = self._stacked if self._owned else None
-            self._adopt(self._order, self._offsets, transform.apply(self._stacked, out=stacked),
-                        self._labels_stacked)
+            source = self._stacked
+            mapped = source if self._owned else np.empty(source.shape)
+            norms = np.empty(source.shape[0]) if self.config.is_private else None
+            for start in range(0, source.shape[0], MAP_ROWS):
+                block = source[start:start + MAP_ROWS]
+                block = transform.apply(block, out=block if mapped is source
+                                        else mapped[start:start + MAP_ROWS])
+                if norms is not None:
+                    norms[start:start + block.shape[0]] = row_norms(block)
+            self._adopt(self._order, self._offsets, mapped, self._labels_stacked)
             self._owned = True
         else:
             self.points = {c: transform.apply(x) for c, x in self.points.items()}
         self.transform = transform
-        self._norms = None  # of the points as they were
+        self._norms = norms  # of the mapped points (None: computed when first needed)
         self.reusable.clear()
 
     def clip_to(self, radius: float | None, partition_id: int = 0, *,
@@ -294,6 +306,11 @@ def clip_radius(config: ExperimentConfig) -> float | None:
     """
     radius = config.privacy.data_radius
     return float(radius) if config.is_private and radius != AUTO else None
+
+
+#: Rows mapped (and their norms taken) at a time by :meth:`NodeData.transform_to`:
+#: 2048 x d = 100 doubles, 1.6 MB, stay in the cache between the two.
+MAP_ROWS = 2048
 
 
 #: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
