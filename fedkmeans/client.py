@@ -33,9 +33,9 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
-from threadpoolctl import ThreadpoolController
 
 from fedkmeans import wire
+from fedkmeans.blas_threads import one_blas_thread
 from fedkmeans.config_node import node_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius
@@ -76,21 +76,6 @@ def _fits(settings: dict, dim: int) -> bool:
     except ValueError:
         return False
     return True
-
-
-def one_blas_thread():
-    """BLAS on one thread while a node computes.
-
-    Its products are per client and small (a 50 x 100 ``dsyrk``): a second BLAS thread
-    only spins, and on a busy machine makes them many times slower (a Ray actor runs on
-    one CPU anyway).
-    """
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())  # finds the libraries once per process
-    return _BLAS[0].limit(limits=1, user_api="blas")
-
-
-_BLAS: list = []
 
 
 def mount(app: ClientApp, points: PointsFn) -> None:

@@ -23,6 +23,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedkmeans.blas_threads import running_alone
+
 LOG = logging.getLogger(__name__)
 
 __all__ = ["InProcessGrid", "SERVER_NODE_ID", "new_run_id"]
@@ -124,7 +126,8 @@ class InProcessGrid(Grid):
         # the server still holds or shares between messages.
         msg = copy.deepcopy(msg)
         try:
-            reply = self._client_app(msg, context)
+            with running_alone():  # the only node computing in this process now
+                reply = self._client_app(msg, context)
         except Exception as exc:  # a failing client becomes an error reply, as in Flower
             LOG.warning("node %d failed: %s", msg.metadata.dst_node_id, type(exc).__name__)
             return Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)

@@ -7,7 +7,7 @@ import pytest
 
 from fedkmeans.clustering import cluster_sums_counts, projected_histogram
 from fedkmeans.config import parse_config
-from fedkmeans.node import NodeData
+from fedkmeans.node import NodeData, arithmetic
 from fedkmeans.node.arithmetic import one_hot_sums
 from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2
 
@@ -241,3 +241,27 @@ def test_one_hot_sums_add_each_key_s_points_in_their_order_from_zero():
         expected[key] += point
     np.testing.assert_array_equal(one_hot_sums(points, keys, 7), expected)
     assert one_hot_sums(np.zeros((0, 3)), np.zeros(0, np.int64), 2).shape == (2, 3)
+
+
+def test_whole_client_blocks_hold_whole_clients_of_at_most_a_block_of_points():
+    offsets = np.array([0, 3, 3, 5, 12, 13, 14])  # sizes 3, 0, 2, 7, 1, 1
+    assert list(arithmetic._whole_client_blocks(offsets, 5)) == [(0, 3), (3, 4), (4, 6)]
+    assert list(arithmetic._whole_client_blocks(offsets, 100)) == [(0, 6)]
+    assert list(arithmetic._whole_client_blocks(np.array([0]), 5)) == []
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_sums_read_in_blocks_of_whole_clients_are_the_bits_of_one_product(level, monkeypatch):
+    centers = np.random.default_rng(3).normal(size=(3, 5))
+    basis = np.linalg.qr(np.random.default_rng(4).normal(size=(5, 2)))[0].T
+    clients = list(range(7))
+    whole = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
+        clients, centers[:, :2], basis)]
+    monkeypatch.setattr(arithmetic, "BLOCK", 6)  # clients of 1, 13, 4, 0, 9, 2, 7 points
+    blocks = list(arithmetic._whole_client_blocks(np.cumsum([0, 1, 13, 4, 0, 9, 2, 7]), 6))
+    assert len(blocks) == 6  # (0,), (1,), (2, 3), (4,), (5,), (6,)
+    split = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
+        clients, centers[:, :2], basis)]
+    for one, other in zip(whole, split, strict=True):
+        for name in ("sums", "counts"):
+            np.testing.assert_array_equal(one[name], other[name])

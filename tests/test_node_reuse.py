@@ -12,7 +12,6 @@ from fedkmeans.config import parse_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
-from fedkmeans.node.reusable import ReusableRows
 from fedkmeans.privacy.clipping import row_norms
 
 CLIENT = {"privacy.level": "client", "privacy.clip-covariance": 1e6, "privacy.clip-sums": 100.0,
@@ -133,44 +132,6 @@ def test_batched_triangles_are_the_bits_of_one_dsyrk_per_client(n, d):
         cols * d + rows] for c in range(40)])
     np.testing.assert_array_equal(node.raw_covariance_triangles(list(range(40))), expected)
     np.testing.assert_array_equal(node.raw_covariance_triangles([5, 3, 4]), expected[[5, 3, 4]])
-
-
-def test_step_three_takes_step_two_s_projection_for_the_same_clients_and_basis(monkeypatch):
-    node = _node(POINTS, DATAPOINT)
-    basis = np.array([[0.6, 0.8]])
-    server = np.array([[0.0], [5.0]])
-    node.histogram([0, 1, 2], basis, server)
-    assert len(node.reusable) == 1 and node.reusable.nbytes == 6 * 8  # (6, 1) projection
-    # another basis, or other clients: projected again, and the kept one dropped
-    assert node.reusable.take_projection([0, 1, 2], basis * 2) is None
-    node.histogram([0, 1, 2], basis, server)
-    assert node.reusable.take_projection([0, 1], basis) is None
-    node.histogram([0, 1, 2], basis, server)
-    projections, take = [], ReusableRows.take_projection
-
-    def spy(self, clients, basis):
-        projections.append(take(self, clients, basis))
-        return projections[-1]
-
-    monkeypatch.setattr(ReusableRows, "take_projection", spy)
-    centers = np.array([[0.0], [6.0]])
-    sums = node.sums_counts([0, 1, 2], centers, basis)
-    # p . (0.6, 0.8): 5, 0.8 | 10, 0 | 0.6, 1.6: center 6 takes (3, 4) and (6, 8)
-    np.testing.assert_allclose(projections[0][:, 0], [5, 0.8, 10, 0, 0.6, 1.6], rtol=1e-15)
-    np.testing.assert_array_equal(sums["counts"], [[1, 1], [1, 1], [2, 0]])
-    np.testing.assert_array_equal(sums["sums"][1], [[0, 0], [6, 8]])
-    assert len(node.reusable) == 0
-    fresh = _node(POINTS, DATAPOINT)  # never projected before: the same bits
-    for name, value in fresh.sums_counts([0, 1, 2], centers, basis).items():
-        np.testing.assert_array_equal(value, sums[name])
-
-
-def test_a_clip_drops_the_kept_projection():
-    node = _node(POINTS, DATAPOINT)
-    basis = np.array([[1.0, 0.0]])
-    node.histogram([0, 1, 2], basis, np.zeros((1, 1)))
-    node.clip_to(5.0)  # client 1's point moves: its projection is no longer its points'
-    assert node.reusable.take_projection([0, 1, 2], basis) is None
 
 
 def test_a_private_node_takes_its_points_norms_while_it_maps_them():

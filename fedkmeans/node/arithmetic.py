@@ -28,13 +28,14 @@ for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from scipy import sparse
 from scipy.linalg import blas
 
 from fedkmeans import data as data_access
+from fedkmeans.blas_threads import block_product_threads
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
@@ -142,9 +143,8 @@ class StageArithmetic:
         m, size = len(clients), projected_server.shape[0]
         self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
-        projected = x @ basis.T
-        self.reusable.keep_projection(clients, basis, projected)  # for step 3
-        nearest = _assign(projected, projected_server)
+        with block_product_threads():
+            nearest = _assign(x @ basis.T, projected_server)
         hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
         return {"histogram": self._clip_rows("histogram", hist.astype(np.float64))}
 
@@ -153,23 +153,29 @@ class StageArithmetic:
     ) -> dict[str, np.ndarray]:
         """Step 3 (``basis`` given) or a Lloyds step: sums (m, k, d) and counts (m, k).
 
-        All asked clients' points are assigned at once; each (client, cluster) sum adds
-        that client's points in their order, as
-        :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client. Step 3
-        takes the projection step 2 kept for the same clients and basis
-        (:meth:`~fedkmeans.node.reusable.ReusableRows.take_projection`), else projects.
+        The asked clients' points are read once, in blocks of whole clients of about
+        :data:`BLOCK` points (:func:`_whole_client_blocks`): a block is projected (step
+        3), assigned, and summed while it is in the cache. Each (client, cluster) sum
+        adds that client's points in their order, as
+        :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client; a client
+        lies in one block, so its sums are those of one product over all the points.
         """
         m, k = len(clients), centers.shape[0]
-        projected = None if basis is None else self.reusable.take_projection(clients, basis)
-        self.reusable.clear()  # kept for step 1 and step 3 only
+        self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
-        if basis is not None and projected is None:
-            projected = x @ basis.T
-        labels = _assign(x if basis is None else projected, centers)
-        keys = owner * k + labels
-        sums = one_hot_sums(x, keys, m * k).reshape(m, k, self.dim)
-        counts = np.bincount(keys, minlength=m * k).reshape(m, k)
-        return self._clip_jointly(sums, counts.astype(np.float64))
+        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        sums, labels = np.empty((m * k, self.dim)), np.empty(x.shape[0], dtype=np.int64)
+        for a, b in _whole_client_blocks(offsets, BLOCK):
+            block = x[offsets[a]:offsets[b]]  # read once: assigned, then summed from the cache
+            with block_product_threads():
+                found = _assign(block if basis is None else block @ basis.T, centers)
+            labels[offsets[a]:offsets[b]] = found
+            # the block's clients' keys are theirs alone: each sum is complete here
+            sums[a * k:b * k] = one_hot_sums(block, (owner[offsets[a]:offsets[b]] - a) * k
+                                             + found, (b - a) * k)
+        counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
+        return self._clip_jointly(sums.reshape(m, k, self.dim), counts.astype(np.float64))
 
     def cost_differences(
         self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray
@@ -193,8 +199,10 @@ class StageArithmetic:
         rows, start = np.zeros((len(clients), 1)), 0
         for segment, mapped in self._original_segments(clients):  # no stacked copy
             end = start + segment.shape[0]
-            rows += cost_differences(segment if mapped else self.transform.apply(segment),
-                                     owner[start:end], len(clients), centers, alternative, tau)
+            with block_product_threads():
+                rows += cost_differences(segment if mapped else self.transform.apply(segment),
+                                         owner[start:end], len(clients), centers, alternative,
+                                         tau)
             start = end
         return {"cost_difference": self._clip_rows("cost_difference", rows)}
 
@@ -353,7 +361,8 @@ class StageArithmetic:
                 block = segment[start:start + BLOCK]
                 if mapped:
                     block = self.transform.invert(block)
-                labels_of.append(nearest_center(block, centers))
+                with block_product_threads():
+                    labels_of.append(nearest_center(block, centers))
                 offset = block - centers[labels_of[-1]]
                 cost += float(np.einsum("ij,ij->", offset, offset))
         assigned = np.concatenate([np.zeros(0, np.int64), *labels_of])
@@ -386,6 +395,21 @@ def one_hot_sums(points: np.ndarray, keys: np.ndarray, rows: int) -> np.ndarray:
     n = points.shape[0]
     onehot = sparse.csc_matrix((np.ones(n), keys, np.arange(n + 1)), shape=(rows, n))
     return np.asarray(onehot @ points)
+
+
+def _whole_client_blocks(offsets: np.ndarray, size: int) -> Iterator[tuple[int, int]]:
+    """``(a, b)``: runs of clients ``a..b-1`` of at most ``size`` points together.
+
+    ``offsets`` (m + 1,): where each client's points start, and their total last. A
+    client of more than ``size`` points is a run of its own; every client, one
+    without points too, is in exactly one run, in order.
+    """
+    a, m = 0, offsets.size - 1
+    while a < m:
+        b = int(np.searchsorted(offsets, offsets[a] + size, side="right")) - 1
+        b = min(max(b, a + 1), m)
+        yield a, b
+        a = b
 
 
 def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:

@@ -11,10 +11,6 @@ whose points the clip moves has the same points, so the same ``X^T X`` to the la
 (the same product on the same array); a client with a clipped point has other points
 and its matrix is computed again (``X'^T X' = X^T X - sum (1 - s_p^2) p p^T`` would
 be the same matrix, not the same bits, and the statistics sent must not change).
-
-Likewise FedDP-Init's steps 2 and 3 both project the asked clients' points on the basis
-step 1 released: step 2 keeps its projection, and step 3, asked for the same clients
-with the same basis, takes it instead of projecting again.
 """
 
 from __future__ import annotations
@@ -44,8 +40,6 @@ class ReusableRows:
         #: block number -> [block, rows still kept]
         self._blocks: dict[int, list] = {}
         self._count = 0
-        #: asked clients -> (the basis as bytes, their points projected on it)
-        self._projections: dict[tuple[int, ...], tuple[bytes, np.ndarray]] = {}
 
     def keep(self, clients: Sequence[int], block: np.ndarray) -> None:
         """Keep row ``i`` of ``block`` (shape (m, width)) for ``clients[i]``."""
@@ -66,60 +60,29 @@ class ReusableRows:
         return True
 
     def forget(self, clients) -> None:
-        """Drop the rows of ``clients`` (their points changed), and every projection."""
+        """Drop the rows of ``clients`` (their points changed)."""
         for c in clients:
             where = self._where.pop(int(c), None)
             if where is not None:
                 self._release(where[0])
-        self._projections.clear()
-
-    def keep_projection(self, clients: Sequence[int], basis: np.ndarray,
-                        projected: np.ndarray) -> None:
-        """Keep ``projected`` (n, k), the asked ``clients``' points times ``basis.T``.
-
-        FedDP-Init's step 2 projects the points on the basis step 1 released; step 3
-        asks the same clients with the same basis and projects them again. Kept in
-        between, the projection is the same array, so the same bits.
-        """
-        self._projections[_key(clients)] = (_basis_bytes(basis), projected)
-
-    def take_projection(self, clients: Sequence[int], basis: np.ndarray) -> np.ndarray | None:
-        """The projection kept for exactly ``clients`` and ``basis`` (then no longer kept)."""
-        kept = self._projections.pop(_key(clients), None)
-        if kept is None or kept[0] != _basis_bytes(basis):
-            return None
-        return kept[1]
 
     def clear(self) -> int:
-        """Drop every row and projection; returns the bytes freed."""
+        """Drop every row; returns the bytes freed."""
         freed = self.nbytes
         self._where.clear()
         self._blocks.clear()
-        self._projections.clear()
         return freed
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the blocks still holding a kept row, and of the kept projections."""
-        return (sum(block.nbytes for block, _ in self._blocks.values())
-                + sum(projected.nbytes for _, projected in self._projections.values()))
+        """Bytes of the blocks still holding a kept row."""
+        return sum(block.nbytes for block, _ in self._blocks.values())
 
     def __len__(self) -> int:
-        """Rows and projections kept."""
-        return len(self._where) + len(self._projections)
+        return len(self._where)
 
     def _release(self, number: int) -> None:
         entry = self._blocks[number]
         entry[1] -= 1
         if entry[1] == 0:
             del self._blocks[number]
-
-
-def _key(clients: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(c) for c in clients)
-
-
-def _basis_bytes(basis: np.ndarray) -> bytes:
-    """The basis exactly: shape, type and every bit."""
-    basis = np.asarray(basis)
-    return repr((basis.shape, basis.dtype.str)).encode() + basis.tobytes()
