@@ -166,14 +166,14 @@ class StageArithmetic:
         sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         sums, labels = np.empty((m * k, self.dim)), np.empty(x.shape[0], dtype=np.int64)
-        for a, b in _whole_client_blocks(offsets, BLOCK):
-            block = x[offsets[a]:offsets[b]]  # read once: assigned, then summed from the cache
-            with block_product_threads():
+        with block_product_threads():
+            for a, b in _whole_client_blocks(offsets, BLOCK):
+                block = x[offsets[a]:offsets[b]]  # read once: assigned, then summed
                 found = _assign(block if basis is None else block @ basis.T, centers)
-            labels[offsets[a]:offsets[b]] = found
-            # the block's clients' keys are theirs alone: each sum is complete here
-            sums[a * k:b * k] = one_hot_sums(block, (owner[offsets[a]:offsets[b]] - a) * k
-                                             + found, (b - a) * k)
+                labels[offsets[a]:offsets[b]] = found
+                # the block's clients' keys are theirs alone: each sum is complete here
+                sums[a * k:b * k] = one_hot_sums(block, (owner[offsets[a]:offsets[b]] - a) * k
+                                                 + found, (b - a) * k)
         counts = np.bincount(owner * k + labels, minlength=m * k).reshape(m, k)
         return self._clip_jointly(sums.reshape(m, k, self.dim), counts.astype(np.float64))
 
@@ -356,15 +356,15 @@ class StageArithmetic:
         clients = self.client_ids.tolist()
         self.reusable.clear()  # kept for step 1 only
         cost, labels_of = 0.0, []
-        for segment, mapped in self._original_segments(clients):
-            for start in range(0, segment.shape[0], BLOCK):
-                block = segment[start:start + BLOCK]
-                if mapped:
-                    block = self.transform.invert(block)
-                with block_product_threads():
+        with block_product_threads():
+            for segment, mapped in self._original_segments(clients):
+                for start in range(0, segment.shape[0], BLOCK):
+                    block = segment[start:start + BLOCK]
+                    if mapped:
+                        block = self.transform.invert(block)
                     labels_of.append(nearest_center(block, centers))
-                offset = block - centers[labels_of[-1]]
-                cost += float(np.einsum("ij,ij->", offset, offset))
+                    offset = block - centers[labels_of[-1]]
+                    cost += float(np.einsum("ij,ij->", offset, offset))
         assigned = np.concatenate([np.zeros(0, np.int64), *labels_of])
         out = {"cost_sum": np.array([cost]), "num_points": np.array([float(assigned.size)])}
         labelled = [self.labels[c] for c in clients]
@@ -384,7 +384,7 @@ def one_hot_sums(points: np.ndarray, keys: np.ndarray, rows: int) -> np.ndarray:
     column), stored by columns, times the points. Each row adds its points in their
     order, starting from zero, as a loop over the points would (the same bits as the
     row-stored product, which sorts the entries first and reads the points out of
-    order: about 3 x slower on a node's 50,000 points).
+    order, and is several times slower).
 
     Parameters
     ----------
