@@ -285,8 +285,10 @@ def _means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return sums / np.maximum(counts, 1.0)[:, None]
 
 
-#: Clients per block of the client-level bound's per-client statistics.
-CLIENT_BLOCK = 4096
+#: Clients per block of the client-level bound's per-client statistics: the fastest
+#: measured (at 10^5 x 50 x 100, passes on one data set: 7.8 s in blocks of 256 clients,
+#: 8.7 s in blocks of 1,024 or 4,096, whose (clients, d x d) temporaries are fresh memory).
+CLIENT_BLOCK = 256
 
 
 def _clip_sum(rows: np.ndarray, norms: np.ndarray, bound: float) -> np.ndarray:
