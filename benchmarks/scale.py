@@ -43,7 +43,7 @@ from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
-from fedkmeans.node.arithmetic import one_hot_sums
+from fedkmeans.node.blocks import one_hot_sums
 from fedkmeans.stages.check import cost_differences
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"

@@ -8,7 +8,7 @@ import pytest
 from fedkmeans.clustering import cluster_sums_counts, projected_histogram
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData, arithmetic
-from fedkmeans.node.arithmetic import one_hot_sums
+from fedkmeans.node.blocks import one_hot_sums, whole_client_blocks
 from fedkmeans.privacy.clipping import clip_l1_nonnegative, clip_l2
 
 
@@ -245,9 +245,9 @@ def test_one_hot_sums_add_each_key_s_points_in_their_order_from_zero():
 
 def test_whole_client_blocks_hold_whole_clients_of_at_most_a_block_of_points():
     offsets = np.array([0, 3, 3, 5, 12, 13, 14])  # sizes 3, 0, 2, 7, 1, 1
-    assert list(arithmetic._whole_client_blocks(offsets, 5)) == [(0, 3), (3, 4), (4, 6)]
-    assert list(arithmetic._whole_client_blocks(offsets, 100)) == [(0, 6)]
-    assert list(arithmetic._whole_client_blocks(np.array([0]), 5)) == []
+    assert list(whole_client_blocks(offsets, 5)) == [(0, 3), (3, 4), (4, 6)]
+    assert list(whole_client_blocks(offsets, 100)) == [(0, 6)]
+    assert list(whole_client_blocks(np.array([0]), 5)) == []
 
 
 @pytest.mark.parametrize("level", ["datapoint", "client"])
@@ -258,7 +258,7 @@ def test_sums_read_in_blocks_of_whole_clients_are_the_bits_of_one_product(level,
     whole = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
         clients, centers[:, :2], basis)]
     monkeypatch.setattr(arithmetic, "BLOCK", 6)  # clients of 1, 13, 4, 0, 9, 2, 7 points
-    blocks = list(arithmetic._whole_client_blocks(np.cumsum([0, 1, 13, 4, 0, 9, 2, 7]), 6))
+    blocks = list(whole_client_blocks(np.cumsum([0, 1, 13, 4, 0, 9, 2, 7]), 6))
     assert len(blocks) == 6  # (0,), (1,), (2, 3), (4,), (5,), (6,)
     split = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
         clients, centers[:, :2], basis)]

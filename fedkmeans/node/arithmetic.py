@@ -28,10 +28,9 @@ for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from scipy import sparse
 from scipy.linalg import blas
 
 from fedkmeans import data as data_access
@@ -39,6 +38,7 @@ from fedkmeans.blas_threads import block_product_threads
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
+from fedkmeans.node.blocks import assign_in_blocks, one_hot_sums, whole_client_blocks
 from fedkmeans.privacy.clipping import (
     clip_stacked,
     clip_upper_triangles,
@@ -144,7 +144,7 @@ class StageArithmetic:
         self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
         with block_product_threads():
-            nearest = _assign(x @ basis.T, projected_server)
+            nearest = assign_in_blocks(x @ basis.T, projected_server)
         hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
         return {"histogram": self._clip_rows("histogram", hist.astype(np.float64))}
 
@@ -154,9 +154,9 @@ class StageArithmetic:
         """Step 3 (``basis`` given) or a Lloyds step: sums (m, k, d) and counts (m, k).
 
         The asked clients' points are read once, in blocks of whole clients of about
-        :data:`BLOCK` points (:func:`_whole_client_blocks`): a block is projected (step
-        3), assigned, and summed while it is in the cache. Each (client, cluster) sum
-        adds that client's points in their order, as
+        :data:`BLOCK` points (:func:`~fedkmeans.node.blocks.whole_client_blocks`): a
+        block is projected (step 3), assigned, and summed while it is in the cache.
+        Each (client, cluster) sum adds that client's points in their order, as
         :func:`~fedkmeans.clustering.cluster_sums_counts` does for one client; a client
         lies in one block, so its sums are those of one product over all the points.
         """
@@ -167,9 +167,9 @@ class StageArithmetic:
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         sums, labels = np.empty((m * k, self.dim)), np.empty(x.shape[0], dtype=np.int64)
         with block_product_threads():
-            for a, b in _whole_client_blocks(offsets, BLOCK):
+            for a, b in whole_client_blocks(offsets, BLOCK):
                 block = x[offsets[a]:offsets[b]]  # read once: assigned, then summed
-                found = _assign(block if basis is None else block @ basis.T, centers)
+                found = assign_in_blocks(block if basis is None else block @ basis.T, centers)
                 labels[offsets[a]:offsets[b]] = found
                 # the block's clients' keys are theirs alone: each sum is complete here
                 sums[a * k:b * k] = one_hot_sums(block, (owner[offsets[a]:offsets[b]] - a) * k
@@ -197,13 +197,13 @@ class StageArithmetic:
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
         tau = check_clip_of(self.config.privacy)
         rows, start = np.zeros((len(clients), 1)), 0
-        for segment, mapped in self._original_segments(clients):  # no stacked copy
-            end = start + segment.shape[0]
-            with block_product_threads():
+        with block_product_threads():
+            for segment, mapped in self._original_segments(clients):  # no stacked copy
+                end = start + segment.shape[0]
                 rows += cost_differences(segment if mapped else self.transform.apply(segment),
                                          owner[start:end], len(clients), centers, alternative,
                                          tau)
-            start = end
+                start = end
         return {"cost_difference": self._clip_rows("cost_difference", rows)}
 
     def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
@@ -375,49 +375,6 @@ class StageArithmetic:
             out["label_values"] = values.astype(np.int64)
             out["table"] = table.reshape(values.size, k).astype(np.float64)
         return out
-
-
-def one_hot_sums(points: np.ndarray, keys: np.ndarray, rows: int) -> np.ndarray:
-    """Sum of the points of each key, shape (rows, d): ``out[r] = sum_{keys[i] = r} points[i]``.
-
-    One sparse product: a one-hot matrix (rows, n) with one entry per point (its
-    column), stored by columns, times the points. Each row adds its points in their
-    order, starting from zero, as a loop over the points would (the same bits as the
-    row-stored product, which sorts the entries first and reads the points out of
-    order, and is several times slower).
-
-    Parameters
-    ----------
-    points : ndarray of shape (n, d)
-    keys : ndarray of shape (n,), integers in [0, rows)
-    rows : int
-    """
-    n = points.shape[0]
-    onehot = sparse.csc_matrix((np.ones(n), keys, np.arange(n + 1)), shape=(rows, n))
-    return np.asarray(onehot @ points)
-
-
-def _whole_client_blocks(offsets: np.ndarray, size: int) -> Iterator[tuple[int, int]]:
-    """``(a, b)``: runs of clients ``a..b-1`` of at most ``size`` points together.
-
-    ``offsets`` (m + 1,): where each client's points start, and their total last. A
-    client of more than ``size`` points is a run of its own; every client, one
-    without points too, is in exactly one run, in order.
-    """
-    a, m = 0, offsets.size - 1
-    while a < m:
-        b = int(np.searchsorted(offsets, offsets[a] + size, side="right")) - 1
-        b = min(max(b, a + 1), m)
-        yield a, b
-        a = b
-
-
-def _assign(points: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """:func:`nearest_center` in blocks of :data:`BLOCK` points."""
-    out = np.empty(points.shape[0], dtype=np.int64)
-    for start in range(0, points.shape[0], BLOCK):
-        out[start:start + BLOCK] = nearest_center(points[start:start + BLOCK], centers)
-    return out
 
 
 def _stack(rows: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
