@@ -38,12 +38,11 @@ from results_table import markdown_table, write_csv
 from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
-from fedkmeans.clustering.client_stats import nearest_center
 from fedkmeans.clustering.distances import BLOCK
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
-from fedkmeans.node.blocks import one_hot_sums
+from fedkmeans.node.blocks import assign_in_blocks, one_hot_sums
 from fedkmeans.stages.check import cost_differences
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -243,14 +242,8 @@ def numpy_lower_bound(n_clients: int, points: int, dim: int, lloyds_steps: int =
             "per_client_step1": _per_client_step1(clients, dim)}
 
 
-def _nearest(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """Nearest center in chunks (n x m at once would not fit)."""
-    return np.concatenate([nearest_center(data[i:i + CHUNK], centers)
-                           for i in range(0, data.shape[0], CHUNK)])
-
-
 def _evaluate(x: np.ndarray, centers: np.ndarray) -> float:
-    labels = _nearest(x, centers)
+    labels = assign_in_blocks(x, centers)
     return sum(float(np.sum((x[i:i + CHUNK] - centers[labels[i:i + CHUNK]]) ** 2))
                for i in range(0, x.shape[0], CHUNK))
 
@@ -261,16 +254,16 @@ def _pooled_passes(x, q, k, lloyds_steps, check) -> float:
     basis = top_eigenvectors(x.T @ x, k)  # step 1
     projected_server = q @ basis.T
     projected = x @ basis.T
-    hist = np.bincount(_nearest(projected, projected_server),  # step 2
+    hist = np.bincount(assign_in_blocks(projected, projected_server),  # step 2
                        minlength=q.shape[0]).astype(float)
     xi = weighted_kmeans(projected_server, hist, k, seed=0)
-    labels = _nearest(projected, xi)  # step 3
+    labels = assign_in_blocks(projected, xi)  # step 3
     centers = _means(one_hot_sums(x, labels, k), np.bincount(labels, minlength=k))
     for _ in range(lloyds_steps):  # FedDP-Lloyds
-        labels = _nearest(x, centers)
+        labels = assign_in_blocks(x, centers)
         centers = _means(one_hot_sums(x, labels, k), np.bincount(labels, minlength=k))
     if check:  # the check: both center sets
-        _nearest(x, centers), _nearest(x, centers[::-1].copy())
+        assign_in_blocks(x, centers), assign_in_blocks(x, centers[::-1].copy())
     _evaluate(x, centers)
     return time.perf_counter() - start
 
@@ -320,7 +313,7 @@ def _client_level_passes(x, q, m, n, k, lloyds_steps, check) -> float:
     # step 2: per-client histograms of the nearest projected server point
     projected_server = q @ basis.T
     projected = x @ basis.T
-    nearest = _nearest(projected, projected_server)
+    nearest = assign_in_blocks(projected, projected_server)
     size = q.shape[0]
     hist = np.zeros(size)
     for a, b in blocks:
@@ -330,7 +323,7 @@ def _client_level_passes(x, q, m, n, k, lloyds_steps, check) -> float:
     xi = weighted_kmeans(projected_server, hist, k, seed=0)
 
     def sums_counts(data: np.ndarray, centers: np.ndarray) -> np.ndarray:
-        labels = _nearest(data, centers)
+        labels = assign_in_blocks(data, centers)
         sums, counts = np.zeros((k, d)), np.zeros(k)
         for a, b in blocks:
             keys = owner[a * n:b * n] * k + labels[a * n:b * n] - a * k

@@ -163,8 +163,7 @@ class StageArithmetic:
         m, k = len(clients), centers.shape[0]
         self.reusable.clear()  # kept for step 1 only
         x, owner = self._pooled(clients)
-        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        offsets = np.searchsorted(owner, np.arange(m + 1))  # where each client's rows start
         sums, labels = np.empty((m * k, self.dim)), np.empty(x.shape[0], dtype=np.int64)
         with block_product_threads():
             for a, b in whole_client_blocks(offsets, BLOCK):
