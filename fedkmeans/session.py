@@ -232,9 +232,8 @@ def run_protocol(
     # config of ours: fedkmeans.client.mount reads its config from them)
     ctx = wire_context(config, pool, server_x, {}, checkpoint=checkpoint,
                        observers=observers, settings=settings)
-    t0 = time.perf_counter()
-    config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace)
-    timings["tuning"] = time.perf_counter() - t0
+    config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace,
+                                     timings=timings)
     ctx.use_plan(config, releases, settings={**node_settings(config),
                                              **transform.to_settings(),
                                              **client_settings(config)})
@@ -298,7 +297,8 @@ def _preprocessing(transform: PublicTransform) -> dict:
 
 
 def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTransform, *,
-          subspace: bool) -> tuple[ExperimentConfig, dict | None, list[Release]]:
+          subspace: bool, timings: dict[str, float]) -> tuple[ExperimentConfig, dict | None,
+                                                              list[Release]]:
     """The resolved config, the tuning record and the calibrated releases of the run.
 
     On a resume, the plan stored with the checkpoint (never resolved again: the rounds
@@ -306,22 +306,32 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
     plan_run` (the estimate round's release, fixed first; the estimate round and
     :func:`~fedkmeans.tuning.resolve.resolve_auto`; the calibration of the remaining
     releases composed with the estimate round's), stored before any of them.
+
+    ``timings`` gets ``tuning``, the seconds up to the resolved config (the estimate
+    round, the public simulation and the other ``auto`` settings; reading the stored
+    plan on a resume), and ``calibrate``, the seconds of the calibration that follows,
+    which every private run makes, with ``tuning=none`` too.
     """
+    start = time.perf_counter()
     stored = checkpoint.plan if checkpoint is not None else None
     if stored is not None:
         plan = RunPlan.from_dict(stored)
         ctx.releases.update({r.stage: r for r in plan.prior})
         if ESTIMATE.group in checkpoint.rounds:
             ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), plan.prior[0])
+        timings["tuning"] = time.perf_counter() - start
         return plan.config, plan.tuning, list(plan.releases)
 
     def resolve(prior: tuple[Release, ...]) -> tuple[ExperimentConfig, dict | None]:
         for release in prior:  # the estimate round, released before anything is resolved
             ctx.releases[release.stage] = release
             ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
-        return resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
+        resolved = resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
+        timings["tuning"] = time.perf_counter() - start
+        return resolved
 
     plan = plan_run(ctx.config, subspace=subspace, resolve=resolve)
+    timings["calibrate"] = time.perf_counter() - start - timings["tuning"]
     if checkpoint is not None:
         checkpoint.save_plan({**plan.to_dict(), "transform": transform.to_record()})
     return plan.config, plan.tuning, list(plan.releases)
