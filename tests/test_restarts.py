@@ -38,9 +38,10 @@ def test_an_empty_cluster_moves_to_the_point_of_largest_weighted_distance():
     x = np.array([[0.0], [1.0], [5.0], [9.0]])
     w = np.array([1.0, 1.0, 1.0, 2.0])
     labels = np.array([[0, 0, 0, 0]])  # center 1 has no point
-    old = np.array([[[0.0], [100.0]]])
-    nearest = np.array([[0.0, 1.0, 25.0, 81.0]])  # D^2 to center 0 at 0
-    means = _means(x, w, labels, old, nearest)
+    norms = (x * x).sum(axis=1)
+    # scores ||c||^2 - 2 p.c for centers at 0 and 100: D^2 to center 0 is 0, 1, 25, 81
+    scores = np.stack([np.zeros(4), 100.0**2 - 200.0 * x[:, 0]], axis=1)[None]
+    means = _means(x, w, labels, scores, norms)
     # center 0: (0 + 1 + 5 + 18) / 5 = 4.8; center 1: the point 9 (w D^2 = 162)
     np.testing.assert_allclose(means, [[[4.8], [9.0]]], rtol=0, atol=1e-12)
 

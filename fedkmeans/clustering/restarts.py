@@ -89,9 +89,7 @@ def kmeans_restarts(
         new_labels = scores.argmin(axis=2)
         changed = (new_labels != labels[active]).any(axis=1)
         labels[active] = new_labels
-        nearest = np.maximum(np.take_along_axis(scores, new_labels[..., None], 2)[..., 0]
-                             + norms, 0.0)
-        moved = _means(x, w, new_labels, centers[active], nearest)
+        moved = _means(x, w, new_labels, scores, norms)
         shift = ((moved - centers[active]) ** 2).sum(axis=(1, 2))
         centers[active[changed]] = moved[changed]
         active = active[changed & (shift > threshold)]
@@ -131,12 +129,10 @@ def _draw(cumulative: np.ndarray, rng: np.random.Generator, size: int) -> np.nda
     restarts, n = cumulative.shape
     total = cumulative[:, -1:]
     u = rng.random((restarts, size))
-    out = np.empty((restarts, size), dtype=np.int64)
-    for r in range(restarts):
-        if total[r, 0] > 0:
-            out[r] = np.searchsorted(cumulative[r], u[r] * total[r, 0], side="right")
-        else:
-            out[r] = (u[r] * n).astype(np.int64)
+    # the first index whose cumulative weight exceeds u * total (a sorted search per row)
+    out = (cumulative[:, None, :] <= (u * total)[:, :, None]).sum(axis=2)
+    uniform = total[:, 0] <= 0
+    out[uniform] = (u[uniform] * n).astype(np.int64)
     return np.minimum(out, n - 1)
 
 
@@ -148,23 +144,27 @@ def _to(x: np.ndarray, norms: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     return np.maximum(d2, 0.0, out=d2)
 
 
-def _means(x: np.ndarray, w: np.ndarray, labels: np.ndarray, old: np.ndarray,
-           nearest: np.ndarray) -> np.ndarray:
+def _means(x: np.ndarray, w: np.ndarray, labels: np.ndarray, scores: np.ndarray,
+           norms: np.ndarray) -> np.ndarray:
     """The weighted mean of each cluster, shape (a, k, d); empty ones relocated.
 
-    A center of zero weight moves to the point of largest ``w_i D_i^2`` (``nearest``:
-    D_i^2 of shape (a, n)) not already taken by another empty center of its restart.
+    ``labels`` (a, n) are the nearest centers by ``scores`` (a, n, k), the
+    :func:`~fedkmeans.clustering.distances.center_scores` of the points ``x`` whose
+    squared norms are ``norms``. A center of zero weight moves to the point of largest
+    ``w_i D_i^2`` (``D_i`` its distance to its nearest center) not already taken by
+    another empty center of its restart.
     """
-    a, k = old.shape[:2]
-    one_hot = np.zeros((a, k, x.shape[0]))
+    (a, n), k = labels.shape, scores.shape[2]
+    one_hot = np.zeros((a, k, n))  # w_i at (r, label of i in restart r, i)
     np.put_along_axis(one_hot, labels[:, None, :], w[None, None, :], axis=1)
     mass = one_hot.sum(axis=2)
-    sums = one_hot @ x
+    means = (one_hot.reshape(a * k, n) @ x).reshape(a, k, x.shape[1])  # one product
     empty = mass <= 0
     mass[empty] = 1.0
-    means = sums / mass[..., None]
-    for r, c in zip(*np.nonzero(empty)):
-        far = np.argsort(-(nearest[r] * w), kind="stable")
-        taken = np.flatnonzero(empty[r])
-        means[r, c] = x[far[list(taken).index(c)]]
+    means /= mass[..., None]
+    for r in np.flatnonzero(empty.any(axis=1)):
+        nearest = np.maximum(scores[r, np.arange(x.shape[0]), labels[r]] + norms, 0.0)
+        far = np.argsort(-(nearest * w), kind="stable")
+        for rank, c in enumerate(np.flatnonzero(empty[r])):
+            means[r, c] = x[far[rank]]
     return means

@@ -28,7 +28,7 @@ from fedkmeans.tuning.simulation import (
 )
 
 __all__ = [
-    "CLIENT_SPLITS", "CLIPS", "CLIP_QUANTILES", "REPS", "SPLITS", "STEPS",
+    "CLIENT_SPLITS", "CLIPS", "CLIP_QUANTILES", "REPS", "SEARCH_BAND", "SPLITS", "STEPS",
     "balanced_sums_ratio", "client_bound_quantiles", "paired_search", "search",
 ]
 
@@ -50,6 +50,10 @@ BALANCED_DRAWS = 64
 #: PLD discretization of the candidates' calibration (coarse, unverified: the
 #: simulation needs the noise scales only approximately; within 0.5 % of 1e-3's).
 SEARCH_DISCRETIZATION = 1e-2
+#: Composed epsilon, as fractions of the target, at which a candidate's calibration stops
+#: (wider than the verified calibration's 0.993-0.999: the secant's second step usually
+#: lands in it, and the simulation needs the scales to about 1 %).
+SEARCH_BAND = (0.985, 1.0)
 #: The client-level bounds (the check's clip is resolved on its own).
 CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
@@ -278,7 +282,7 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
     in their sensitivities (the client-level clip factor) share one calibration: it is
     done once with unit sensitivities and the scales are multiplied back. The
     simulation needs the scales only approximately: the coarse search, unverified, at
-    :data:`SEARCH_DISCRETIZATION`.
+    :data:`SEARCH_DISCRETIZATION`, stopped in :data:`SEARCH_BAND`.
     """
     p = config.privacy
     plan = algorithm(config.algorithm).release_plan(p, subspace=subspace)
@@ -293,7 +297,8 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
 @lru_cache(maxsize=64)
 def _calibrate_unit(plan: tuple, epsilon: float, delta: float) -> tuple:
     return tuple(calibrate(plan, epsilon=epsilon, delta=delta, verify=False,
-                           search_discretization=SEARCH_DISCRETIZATION))
+                           search_discretization=SEARCH_DISCRETIZATION,
+                           search_band=SEARCH_BAND))
 
 
 def _why(chosen, default, name: str) -> str:
