@@ -133,3 +133,14 @@ def test_clip_factors_keep_every_product_inside_the_ball():
         assert np.all(np.sqrt(np.sum(products * products, axis=1)) <= bound)
         np.testing.assert_allclose(factor, np.minimum(1.0, bound / np.linalg.norm(x, axis=1)),
                                    rtol=1e-14)
+
+
+def test_rows_in_place_are_the_bits_of_the_copy():
+    x = np.random.default_rng(4).normal(size=(200, 7)) * np.logspace(-3, 3, 200)[:, None]
+    copied = clip_rows_l2(x, 2.5)
+    own = x.copy()
+    out = clip_rows_l2(own, 2.5, copy=False)
+    assert out is own
+    np.testing.assert_array_equal(out, copied)
+    with pytest.raises(ValueError, match="float64"):
+        clip_rows_l2(np.ones((2, 2), dtype=np.float32), 1.0, copy=False)

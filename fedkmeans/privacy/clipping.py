@@ -229,7 +229,7 @@ def _clip_whole(x: ArrayLike, bound: float, kind: str) -> NDArray[np.floating]:
     return _clip_flat(arr.reshape(1, -1), bound, kind).reshape(arr.shape)
 
 
-def clip_rows_l2(x: ArrayLike, bound: float) -> NDArray[np.floating]:
+def clip_rows_l2(x: ArrayLike, bound: float, *, copy: bool = True) -> NDArray[np.floating]:
     """Scale every row of ``x`` to l2 norm at most ``bound``.
 
     Parameters
@@ -238,17 +238,24 @@ def clip_rows_l2(x: ArrayLike, bound: float) -> NDArray[np.floating]:
         One row per data point.
     bound : float
         l2 bound in ``(0, inf]``.
+    copy : bool
+        ``False``: clip ``x`` in place (the same bits). Only for a finite float64 array
+        the caller owns (the public simulation's freshly drawn points).
 
     Returns
     -------
     ndarray, shape (n, d)
-        Float copy; rows with norm <= bound are unchanged bit for bit, others are
-        rescaled onto the sphere of radius ``bound``.
+        Float copy (``x`` itself without ``copy``); rows with norm <= bound are
+        unchanged bit for bit, others are rescaled onto the sphere of radius ``bound``.
     """
     arr = np.asarray(x)
     if arr.ndim != 2:
         raise ValueError(f"x must be 2-dimensional (n, d), got ndim={arr.ndim}")
-    return clip_stacked(arr, bound, "l2")
+    if copy:
+        return clip_stacked(arr, bound, "l2")
+    if not isinstance(x, np.ndarray) or x.dtype != np.float64:
+        raise ValueError("copy=False needs a float64 ndarray")
+    return _clip_flat(x, _validate_bound(bound), "l2")
 
 
 def clip_l2(x: ArrayLike, bound: float) -> NDArray[np.floating]:

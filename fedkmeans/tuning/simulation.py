@@ -218,7 +218,7 @@ def simulated_federation(
         point -= mu
         point *= SPREAD
         point += mu
-        return clip_rows_l2(point, radius)
+        return clip_rows_l2(point, radius, copy=False)  # its own array: no third copy
 
     sim_server = draw(rng.choice(present.size, size=server_x.shape[0], p=sizes_of / sizes_of.sum()))
     if sizes is None:
