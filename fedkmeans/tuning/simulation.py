@@ -72,6 +72,9 @@ __all__ = [
 CLIENT_ALPHA = 0.5
 #: Points per simulated message (:meth:`SimulatedPool.query`).
 CHUNK_POINTS = 4096
+#: Largest number of simulated points (beyond it fewer clients and scaled noise, module
+#: docstring), unless 2k clients hold more.
+MAX_POINTS = 10_000
 #: Restores the variance an interpolation ``(1 - u) a + u b`` loses: E[(1-u)^2 + u^2] = 2/3.
 SPREAD = float(np.sqrt(1.5))
 
@@ -164,7 +167,7 @@ def simulated_federation(
     num_clients: int,
     max_points_per_client: int,
     rng: np.random.Generator,
-    max_points: int = 10_000,
+    max_points: int = MAX_POINTS,
     sizes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SimulatedFederation:
     """Resample a federation of ``num_clients`` clients from the server's data.
