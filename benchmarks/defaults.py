@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fresh_run import cold_caches
 from results_table import write_csv
 
 from fedkmeans.algorithms.feddp_kmeans import FEDDP_KMEANS
@@ -71,6 +72,7 @@ def one_job(job: tuple) -> dict:
     name, overrides, level, eps, setting, seed, out_dir = job
     args = [*overrides, f"privacy.level={level}", f"privacy.epsilon={eps}", f"seed={seed}",
             f"output-dir={out_dir}", *SETTINGS[setting]]
+    cold_caches()  # the worker ran other jobs before: time this one as a fresh run
     start = time.perf_counter()
     result = run(args)
     return row_of(job, result, time.perf_counter() - start)

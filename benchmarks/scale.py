@@ -34,6 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+from fresh_run import cold_caches
 from results_table import markdown_table, write_csv
 from scipy.linalg import blas
 
@@ -359,6 +360,7 @@ def _measure(overrides: list[str], n: int, engine: str, nodes: int, points: int,
              args: argparse.Namespace, bounds: dict) -> dict:
     """One run of ``overrides``: its row (the bound of its pipeline from ``bounds``,
     computed in a child process the first time a pipeline is seen)."""
+    cold_caches()
     start = time.perf_counter()
     with PeakMemory() as memory:
         result = run(overrides)
@@ -580,7 +582,9 @@ def main() -> None:
         "*calibrate_s*: the noise calibration of the resolved plan, which every private "
         "run makes (`tuning=none` too), and *tuning_share_with_calibration* the share "
         "with it counted as tuning (rows with an empty *calibrate_s* were measured "
-        "before the run timed it apart: their *tuning_s* includes it); *runs* (empty: 1): runs of the "
+        "before the run timed it apart: their *tuning_s* includes it; since then every "
+        "in-process run starts without the calibrations the runs before it memoised in "
+        "this process, `fresh_run.cold_caches`, as a fresh process does); *runs* (empty: 1): runs of the "
         "configuration (`--repeats`), the row being the run of median ratio to its bound, "
         "*after_startup_runs* every run's time after start-up and ratio, and the bound the "
         "median of as many passes.\n\n"

@@ -54,3 +54,23 @@ def test_no_estimate_round_without_a_release_or_without_privacy():
     assert not needs_estimates(parse_config({**base, "privacy.epsilon": math.inf}))
     lloyd = parse_config({**SMALL, "algorithm": "server-lloyds", "privacy.data-radius": "auto"})
     assert not needs_estimates(lloyd)  # T = 0: k-means on Q asks the clients nothing
+
+
+def test_a_run_times_the_calibration_apart_from_the_tuning(tmp_path, monkeypatch):
+    import time
+
+    from fedkmeans.experiment import run_flat
+    from fedkmeans.tuning import plan as plan_module
+
+    calibrate = plan_module.calibrated_releases
+
+    def slow(*args, **kwargs):  # a calibration of a known length
+        time.sleep(2.0)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module, "calibrated_releases", slow)
+    result = run_flat({**SMALL, "privacy.split": "auto", "output-dir": str(tmp_path)})
+    timings = result["timings"]
+    assert timings["calibrate"] >= 2.0
+    # the estimate round and the simulation, without the calibration that follows them
+    assert timings["estimate"] <= timings["tuning"] < 2.0
