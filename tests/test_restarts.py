@@ -88,3 +88,12 @@ def test_the_same_seed_gives_the_same_centers():
     a = kmeans_restarts(x, 4, np.random.default_rng(9))
     b = kmeans_restarts(x, 4, np.random.default_rng(9))
     np.testing.assert_array_equal(a, b)
+
+
+def test_one_center_is_the_weighted_mean_and_k_points_are_their_own_centers():
+    x = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0]])
+    w = np.array([1.0, 1.0, 2.0])
+    one = kmeans_restarts(x, 1, np.random.default_rng(0), sample_weight=w)
+    np.testing.assert_allclose(one, [[0.5, 2.0]], rtol=0, atol=1e-12)  # (2, 8) / 4
+    every = kmeans_restarts(x, 3, np.random.default_rng(0))
+    np.testing.assert_array_equal(every[np.lexsort(every.T[::-1])], x[np.lexsort(x.T[::-1])])
