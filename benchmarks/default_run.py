@@ -14,10 +14,11 @@ fresh ``python`` process: its wall time, its CPU time (user + system, every thre
 less sensitive than the wall time to other work on a shared machine) and its peak
 resident memory (``ru_maxrss``), both from ``os.wait4``; the medians of ``--runs``
 runs. From each run's ``diagnostics.json`` the phases of the server's timings are kept
-too (medians): registration, the estimate round, the tuning without the estimate round (the public
-simulation and the other ``auto`` settings), the calibration of the resolved plan, the
-protocol rounds (FedDP-Init and Lloyds), the final check and the evaluation round; "outside the run" is the process's wall time minus the
-server's ``total`` (interpreter, imports, Hydra, data set set-up, writing the files).
+too (medians): registration, the estimate round, the tuning without the estimate
+round (the public simulation and the other ``auto`` settings), the calibration of the
+resolved plan, the protocol rounds (FedDP-Init and Lloyds), the final check and the
+evaluation round; "outside the run" is the process's wall time minus the server's
+``total`` (interpreter, imports, Hydra, data set set-up, writing the files).
 
 Acceptance (issue 37): the default run's median <= 3.5 s, and <= 1.15 x the median of
 the ``tuning=none`` command measured in the same call.

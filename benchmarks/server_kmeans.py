@@ -83,9 +83,9 @@ def main() -> None:
             ours_s, theirs_s, ratios = [], [], []
             for seed in range(args.problems):
                 x, w = problem(points, dim, k, seed)
-                t_ours, c_ours = fastest(lambda: kmeans_restarts(
+                t_ours, c_ours = fastest(lambda x=x, w=w, k=k, seed=seed: kmeans_restarts(
                     x, k, np.random.default_rng(seed), sample_weight=w), args.repeats)
-                t_theirs, c_theirs = fastest(lambda: KMeans(
+                t_theirs, c_theirs = fastest(lambda x=x, w=w, k=k, seed=seed: KMeans(
                     n_clusters=k, n_init=10, random_state=seed).fit(
                     x, sample_weight=w).cluster_centers_, args.repeats)
                 ours_s.append(t_ours)

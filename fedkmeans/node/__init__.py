@@ -38,8 +38,9 @@ from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.arithmetic import StageArithmetic
-from fedkmeans.node.memory import NodeMemory, shard_ready, write_shard
+from fedkmeans.node.memory import NodeMemory
 from fedkmeans.node.secagg import SecAggEncoding
+from fedkmeans.node.shard import shard_ready, write_shard
 from fedkmeans.privacy.clipping import clip_rows_l2, row_norms
 
 __all__ = ["NodeData", "clip_radius", "shard_ready", "write_shard"]

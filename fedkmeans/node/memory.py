@@ -7,8 +7,8 @@ moves that array out of the process when the ClientApp's memory bound
 (``federation.node-cache-mb``, :func:`fedkmeans.client_app.cache_budget`) asks for it:
 
 * :meth:`NodeMemory.spill` writes a shard to a directory the run's processes share
-  (the flower engine's; :func:`write_shard`, atomic, owner-only), which any process
-  maps again with :meth:`NodeMemory.open_spilled`;
+  (the flower engine's; :func:`fedkmeans.node.shard.write_shard`, atomic, owner-only),
+  which any process maps again with :meth:`NodeMemory.open_spilled`;
 * :meth:`NodeMemory.spill_nameless` writes files of this process that have no name
   (:class:`fedkmeans.spill_files.NamelessFiles`), so nothing is left behind;
 * :meth:`NodeMemory.resident` maps them for the length of a request. A file that holds
@@ -16,13 +16,13 @@ moves that array out of the process when the ClientApp's memory bound
   mapped, by the node's own clip (``_clip_mapped``, :mod:`fedkmeans.node`).
 
 A shard also stores the node's clip record (clipped clients, their norms before the
-clip, the radius) so that a process mapping it knows what the one that wrote it did.
+clip, the radius) so that a process mapping it knows what the one that wrote it did
+(its files: :mod:`fedkmeans.node.shard`).
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,8 +33,9 @@ import numpy as np
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.reusable import ReusableRows
+from fedkmeans.node.shard import _DONE, _LABELS, _NORMS, _POINTS, read_meta, write_shard
 from fedkmeans.privacy.clipping import row_norms
-from fedkmeans.spill_files import NamelessFiles, ShardFiles, private_dir, private_file
+from fedkmeans.spill_files import NamelessFiles, ShardFiles
 
 
 @dataclass
@@ -148,11 +149,11 @@ class NodeMemory:
 
         For a directory the processes of a run share (the flower engine's). The files are
         written once (atomically: another process may read them, see
-        :meth:`open_spilled`), owner-only (:func:`write_shard`); :meth:`resident` maps
-        them for the length of a request, from the page cache, which the kernel may
-        reclaim: this process's resident memory no longer grows with the node. Whoever
-        made ``directory`` removes it. Returns the shard's path, or None when the node
-        cannot be spilled (its clients' points are not one array).
+        :meth:`open_spilled`), owner-only (:func:`~fedkmeans.node.shard.write_shard`);
+        :meth:`resident` maps them for the length of a request, from the page cache,
+        which the kernel may reclaim: this process's resident memory no longer grows
+        with the node. Whoever made ``directory`` removes it. Returns the shard's path,
+        or None when the node cannot be spilled (its clients' points are not one array).
         """
         if self._spilled is not None:
             return self._spilled.path if isinstance(self._spilled, ShardFiles) else None
@@ -211,19 +212,12 @@ class NodeMemory:
         ``transform``: the one the file's points were mapped by (part of its name).
         """
         path = Path(path)
-        with np.load(path / _META) as meta:
-            ids = meta["client_ids"]
-            clipped = meta["clipped"]
-            norm_offsets = meta["norm_offsets"]
-            norms = meta["norms"]
-            has_labels = bool(meta["has_labels"])
-            radius = float(meta["radius"])
-        raw = {int(c): norms[norm_offsets[i]:norm_offsets[i + 1]]
-               for i, c in enumerate(clipped.tolist())}
-        node = cls(config, ids, {}, {c: None for c in ids.tolist()} if not has_labels else {},
-                   data_path, frozenset(clipped.tolist()), raw,
-                   None if np.isnan(radius) else radius, transform)
-        node._offsets = np.load(path / _OFFSETS)
+        meta = read_meta(path)
+        ids = meta.client_ids
+        node = cls(config, ids, {},
+                   {c: None for c in ids.tolist()} if not meta.has_labels else {},
+                   data_path, meta.clipped, meta.raw_norms, meta.radius, transform)
+        node._offsets = meta.offsets
         node._order = ids.tolist()
         node._position = {c: i for i, c in enumerate(node._order)}
         node._spilled = ShardFiles(path)
@@ -355,56 +349,6 @@ class NodeMemory:
                 start, stop = self._offsets[first], self._offsets[first + len(clients)]
                 return self._stacked[start:stop], owner  # consecutive clients: a view
         return np.concatenate([self.points[c] for c in clients]), owner
-
-
-#: ``norms.npy``: every point's norm, for a file of points as built.
-_NORMS = "norms.npy"
-_POINTS, _LABELS, _OFFSETS, _META, _DONE = (
-    "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
-
-
-def write_shard(path: Path, node: NodeMemory) -> None:
-    """Write ``node``'s stacked points, labels and clip record to ``path``, atomically.
-
-    Written to a fresh sibling directory, then renamed: a reader sees a whole shard or
-    none. When another process wrote the same shard first, its copy is kept. Every
-    directory is made 0700 and every file 0600 as it is created (raw client points).
-    """
-    private_dir(path.parent, exist_ok=True)
-    tmp = private_dir(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"))
-
-    def save(name: str, array: np.ndarray) -> None:
-        with private_file(tmp / name) as f:
-            np.save(f, array)
-
-    save(_POINTS, node._stacked)
-    if node._labels_stacked is not None:
-        save(_LABELS, node._labels_stacked)
-    save(_OFFSETS, node._offsets)
-    if node.radius is None:  # points as built: their norms, for the clip when mapped
-        save(_NORMS, node._raw_point_norms())
-    clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
-    norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
-    with private_file(tmp / _META) as f:
-        np.savez(f, client_ids=np.asarray(node._order, dtype=np.int64),
-                 clipped=clipped,
-                 norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
-                     np.int64),
-                 norms=np.concatenate([np.zeros(0), *norms]),
-                 has_labels=np.array(node._labels_stacked is not None),
-                 radius=np.array(np.nan if node.radius is None else node.radius))
-    private_file(tmp / _DONE).close()
-    try:
-        tmp.rename(path)
-    except OSError:  # another process's shard is there already: keep it
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
-
-
-def shard_ready(path: str | os.PathLike) -> bool:
-    """True when a whole shard is at ``path`` (:func:`write_shard`)."""
-    return (Path(path) / _DONE).exists()
 
 
 def _is_block(base: np.ndarray, arrays: list[np.ndarray], offsets: np.ndarray) -> bool:
