@@ -38,6 +38,8 @@ SHAPES = (
     ("step 2: projected Q, k = 20", 150, 20, 20),
     ("merge: 12 centers into 10", 12, 20, 10),
     ("a larger Q: 2,000 points, d = 20", 2000, 20, 10),
+    ("5,000 points, d = 50 (about the batched limit)", 5000, 50, 10),
+    ("20,000 points, d = 100 (beyond it: scikit-learn)", 20000, 100, 10),
 )
 
 

@@ -142,9 +142,10 @@ def test_kmeans_on_a_small_problem_runs_on_one_openmp_thread_with_the_same_resul
             return super().fit(*args, **kwargs)
 
     rng = np.random.default_rng(0)
-    # beyond clustering.restarts' batched size (10 x 101,000 x 2 scores), within one thread
-    points = np.concatenate([rng.normal(size=(50_500, 3)), rng.normal(size=(50_500, 3)) + 8.0])
-    assert 10 * points.shape[0] * 2 > server_steps.MAX_BATCHED_SCORES
+    # beyond clustering.restarts' batched size (10 x 170,000 x 2 x 3 multiply-adds),
+    # within one thread (510,000 values)
+    points = np.concatenate([rng.normal(size=(85_000, 3)), rng.normal(size=(85_000, 3)) + 8.0])
+    assert 10 * points.shape[0] * 2 * 3 > server_steps.MAX_BATCHED_WORK
     direct = KMeans(n_clusters=2, n_init=10, random_state=3).fit(points).cluster_centers_
     import sklearn.cluster
 
@@ -154,7 +155,7 @@ def test_kmeans_on_a_small_problem_runs_on_one_openmp_thread_with_the_same_resul
         centers = server_steps.kmeans(points, 2, seed=3)
     finally:
         sklearn.cluster.KMeans = original
-    assert seen and all(n == 1 for n in seen[0])  # 303,000 values: one thread
+    assert seen and all(n == 1 for n in seen[0])  # 510,000 values: one thread
     np.testing.assert_allclose(centers, direct, rtol=0, atol=1e-12)
     assert server_steps.ONE_THREAD_MAX_VALUES == 1_000_000
     # beyond the bound the default (no limit) is kept

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedkmeans.clustering import server_steps
-from fedkmeans.clustering.restarts import MAX_BATCHED_SCORES, _draw, _means, kmeans_restarts
+from fedkmeans.clustering.restarts import MAX_BATCHED_WORK, _draw, _means, kmeans_restarts
 
 
 def _cost(x, centers, w):
@@ -80,7 +80,7 @@ def test_server_kmeans_runs_small_problems_here_with_the_seed_as_a_generator():
     np.testing.assert_array_equal(
         server_steps.kmeans(x, 3, seed=11, sample_weight=w),
         kmeans_restarts(x, 3, np.random.default_rng(11), sample_weight=w))
-    assert 10 * 200 * 3 <= MAX_BATCHED_SCORES
+    assert 10 * 200 * 3 * 4 <= MAX_BATCHED_WORK
 
 
 def test_the_same_seed_gives_the_same_centers():

@@ -38,12 +38,17 @@ import numpy as np
 
 from fedkmeans.clustering.distances import center_scores
 
-__all__ = ["MAX_BATCHED_SCORES", "kmeans_restarts"]
+__all__ = ["MAX_BATCHED_WORK", "kmeans_restarts"]
 
-#: Largest ``restarts x points x k`` (the score array of one Lloyd iteration) run here;
-#: larger problems go to scikit-learn's compiled Lloyd (:func:`fedkmeans.clustering.
-#: server_steps.kmeans`). 2 M float64 scores are 16 MB.
-MAX_BATCHED_SCORES = 2_000_000
+#: Largest ``restarts x points x k x d``, the multiply-adds of one Lloyd iteration of
+#: every restart, run here; larger problems go to scikit-learn's compiled Lloyd
+#: (:func:`fedkmeans.clustering.server_steps.kmeans`). The dense one-hot product that
+#: sums the clusters here costs as much again, where scikit-learn adds each point once,
+#: so past some size its Python overhead is the smaller cost: about even at 5,000
+#: points, d = 50, k = 10 (2.5e7), slower here at 20,000 x 100, k = 10
+#: (``benchmarks/server_kmeans.py``). The scores of one iteration then take at most
+#: 80 MB divided by d.
+MAX_BATCHED_WORK = 10_000_000
 
 
 def kmeans_restarts(

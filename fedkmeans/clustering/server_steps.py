@@ -13,7 +13,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from fedkmeans.clustering.distances import squared_distances
-from fedkmeans.clustering.restarts import MAX_BATCHED_SCORES, kmeans_restarts
+from fedkmeans.clustering.restarts import MAX_BATCHED_WORK, kmeans_restarts
 
 LOG = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def kmeans(
     -------
     ndarray of shape (k, d)
     """
-    if n_init * points.shape[0] * k <= MAX_BATCHED_SCORES:
+    if n_init * points.shape[0] * k * points.shape[1] <= MAX_BATCHED_WORK:
         return kmeans_restarts(points, k, np.random.default_rng(seed), n_init=n_init,
                                sample_weight=sample_weight)
     from fedkmeans.clustering.scikit import load_sklearn
