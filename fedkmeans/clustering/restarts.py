@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from fedkmeans.clustering.distances import center_scores
+from fedkmeans.clustering.distances import center_scores, squared_distances
 
 __all__ = ["MAX_BATCHED_WORK", "kmeans_restarts"]
 
@@ -85,7 +85,7 @@ def kmeans_restarts(
     n = x.shape[0]
     w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     norms = (x * x).sum(axis=1)
-    centers = _seed(x, norms, w, k, n_init, rng)
+    centers = _seed(x, w, k, n_init, rng)
     threshold = tol * float(x.var(axis=0).mean())
     labels = np.full((n_init, n), -1)
     active = np.arange(n_init)
@@ -105,18 +105,22 @@ def kmeans_restarts(
     return centers[int(np.argmin(cost))].copy()
 
 
-def _seed(x: np.ndarray, norms: np.ndarray, w: np.ndarray, k: int, restarts: int,
+def _seed(x: np.ndarray, w: np.ndarray, k: int, restarts: int,
           rng: np.random.Generator) -> np.ndarray:
-    """Greedy k-means++ for every restart at once: centers of shape (R, k, d)."""
+    """Greedy k-means++ for every restart at once: centers of shape (R, k, d).
+
+    The distances of every point to a drawn row are :func:`squared_distances` of the
+    drawn rows against the points, shape (rows, n).
+    """
     trials = 2 + int(math.log(k))
     centers = np.empty((restarts, k, x.shape[1]))
     first = _draw(np.broadcast_to(np.cumsum(w), (restarts, w.size)), rng, 1)[:, 0]
     centers[:, 0] = x[first]
-    closest = _to(x, norms, x[first])  # (R, n)
+    closest = squared_distances(x[first], x)  # (R, n)
     for c in range(1, k):
         cumulative = np.cumsum(closest * w, axis=1)
         candidates = _draw(cumulative, rng, trials)  # (R, L)
-        d2 = _to(x, norms, x[candidates.ravel()]).reshape(restarts, trials, -1)
+        d2 = squared_distances(x[candidates.ravel()], x).reshape(restarts, trials, -1)
         np.minimum(d2, closest[:, None, :], out=d2)
         best = (d2 * w).sum(axis=2).argmin(axis=1)
         chosen = candidates[np.arange(restarts), best]
@@ -139,14 +143,6 @@ def _draw(cumulative: np.ndarray, rng: np.random.Generator, size: int) -> np.nda
     uniform = total[:, 0] <= 0
     out[uniform] = (u[uniform] * n).astype(np.int64)
     return np.minimum(out, n - 1)
-
-
-def _to(x: np.ndarray, norms: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """Squared distances of every point to each row of ``chosen``: shape (len(chosen), n)."""
-    d2 = chosen @ (-2.0 * x.T)
-    d2 += norms
-    d2 += (chosen * chosen).sum(axis=1)[:, None]
-    return np.maximum(d2, 0.0, out=d2)
 
 
 def _means(x: np.ndarray, w: np.ndarray, labels: np.ndarray, scores: np.ndarray,
