@@ -165,3 +165,18 @@ def test_the_tunings_coarse_search_lands_on_the_analytic_gaussian():
         (release,) = calibrate(plan, epsilon=1.0, delta=DELTA, verify=False,
                                search_discretization=discretization)
         assert 4.225 * 2.0 <= release.noise_scale <= 1.01 * 4.225 * 2.0
+
+
+def test_the_tunings_wider_band_stays_within_its_bounds_and_a_bad_band_is_refused():
+    # The tuning's band (search.SEARCH_BAND, 0.985-1.0 of the target): one Gaussian at
+    # (1, 1e-6) lands at or above its exact sigma 4.225 per unit sensitivity (the coarse
+    # PLD is pessimistic and the band ends at the target), and within 2 % of it.
+    from fedkmeans.tuning.search import SEARCH_BAND
+
+    plan = [PlannedRelease("one", "gaussian", 2.0, 1.0)]
+    (release,) = calibrate(plan, epsilon=1.0, delta=DELTA, verify=False,
+                           search_discretization=1e-2, search_band=SEARCH_BAND)
+    assert 4.225 * 2.0 <= release.noise_scale <= 1.02 * 4.225 * 2.0
+    for band in ((0.99, 1.01), (0.999, 0.99), (0.0, 0.5)):
+        with pytest.raises(ValueError, match="search_band"):
+            calibrate(plan, epsilon=1.0, delta=DELTA, verify=False, search_band=band)

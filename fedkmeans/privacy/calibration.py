@@ -166,6 +166,9 @@ def calibrate(
     ):
         raise ValueError(
             f"epsilon must be in (0, {MAX_FINITE_EPSILON:g}] or math.inf, got {epsilon!r}")
+    low, high = search_band
+    if not 0.0 < low < high <= 1.0:
+        raise ValueError(f"search_band must satisfy 0 < low < high <= 1, got {search_band!r}")
     planned = list(planned)
     if not planned:
         raise ValueError("planned must be a non-empty sequence of PlannedRelease")
