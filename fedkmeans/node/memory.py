@@ -33,7 +33,7 @@ import numpy as np
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.reusable import ReusableRows
-from fedkmeans.node.shard import _DONE, _LABELS, _NORMS, _POINTS, read_meta, write_shard
+from fedkmeans.node.shard import LABELS, NORMS, POINTS, read_meta, shard_ready, write_shard
 from fedkmeans.privacy.clipping import row_norms
 from fedkmeans.spill_files import NamelessFiles, ShardFiles
 
@@ -160,7 +160,7 @@ class NodeMemory:
         if self._stacked is None:
             return None
         path = Path(directory) / name
-        if not (path / _DONE).exists():
+        if not shard_ready(path):
             write_shard(path, self)
         self._file_radius = self.radius
         self._free(ShardFiles(path))
@@ -178,11 +178,11 @@ class NodeMemory:
             return True
         if self._stacked is None:
             return False
-        arrays = {_POINTS: self._stacked}
+        arrays = {POINTS: self._stacked}
         if self._labels_stacked is not None:
-            arrays[_LABELS] = self._labels_stacked
+            arrays[LABELS] = self._labels_stacked
         if self.radius is None:  # points as built: their norms, for the clip when mapped
-            arrays[_NORMS] = self._raw_point_norms()
+            arrays[NORMS] = self._raw_point_norms()
         self._file_radius = self.radius
         self._free(NamelessFiles(arrays))
         return True
@@ -237,13 +237,13 @@ class NodeMemory:
         if self._resident == 0:
             clip = self.radius is not None and self._file_radius is None
             # copy-on-write when clipping: only the pages of clipped rows become private
-            points = np.asarray(self._spilled.array(_POINTS, "c" if clip else "r"))
+            points = np.asarray(self._spilled.array(POINTS, "c" if clip else "r"))
             labels = None
-            if self._spilled.has(_LABELS):
-                labels = np.asarray(self._spilled.array(_LABELS, "r"))
+            if self._spilled.has(LABELS):
+                labels = np.asarray(self._spilled.array(LABELS, "r"))
             self._adopt(self._order, self._offsets, points, labels)
-            if self._spilled.has(_NORMS):  # a file of points as built: their norms, no pass
-                self._norms = np.asarray(self._spilled.array(_NORMS, "r"))
+            if self._spilled.has(NORMS):  # a file of points as built: their norms, no pass
+                self._norms = np.asarray(self._spilled.array(NORMS, "r"))
             if clip:  # the file holds the points as built: clip them as load would
                 self._clip_mapped(self._norms)
         self._resident += 1
@@ -305,7 +305,7 @@ class NodeMemory:
         if self.points:
             return next(iter(self.points.values())).shape[1]
         if self._spilled is not None:
-            return int(self._spilled.array(_POINTS, "r").shape[1])
+            return int(self._spilled.array(POINTS, "r").shape[1])
         return 0
 
     def _equal_size_runs(

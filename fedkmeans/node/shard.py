@@ -25,12 +25,14 @@ from fedkmeans.spill_files import private_dir, private_file
 if TYPE_CHECKING:
     from fedkmeans.node.memory import NodeMemory
 
-__all__ = ["ShardMeta", "read_meta", "shard_ready", "write_shard"]
+__all__ = ["LABELS", "NORMS", "POINTS", "ShardMeta", "read_meta", "shard_ready",
+           "write_shard"]
 
-#: ``norms.npy``: every point's norm, for a file of points as built.
-_NORMS = "norms.npy"
-_POINTS, _LABELS, _OFFSETS, _META, _DONE = (
-    "points.npy", "labels.npy", "offsets.npy", "meta.npz", "done")
+#: The arrays a spilled node maps again, in a shard or in nameless files
+#: (:meth:`~fedkmeans.node.memory.NodeMemory.resident`). ``norms.npy``: every point's
+#: norm, for a file of points as built.
+POINTS, LABELS, NORMS = "points.npy", "labels.npy", "norms.npy"
+_OFFSETS, _META, _DONE = "offsets.npy", "meta.npz", "done"
 
 
 def write_shard(path: Path, node: NodeMemory) -> None:
@@ -47,12 +49,12 @@ def write_shard(path: Path, node: NodeMemory) -> None:
         with private_file(tmp / name) as f:
             np.save(f, array)
 
-    save(_POINTS, node._stacked)
+    save(POINTS, node._stacked)
     if node._labels_stacked is not None:
-        save(_LABELS, node._labels_stacked)
+        save(LABELS, node._labels_stacked)
     save(_OFFSETS, node._offsets)
     if node.radius is None:  # points as built: their norms, for the clip when mapped
-        save(_NORMS, node._raw_point_norms())
+        save(NORMS, node._raw_point_norms())
     clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
     norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
     with private_file(tmp / _META) as f:
