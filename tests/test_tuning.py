@@ -318,3 +318,28 @@ def test_a_simulated_federation_s_cost_is_the_mean_nearest_squared_distance():
         centers = rng.normal(size=(3, 7)) * 30
         assert federation.cost(centers) == float(
             squared_distances(federation.pooled, centers).min(axis=1).mean())
+
+
+def test_a_simulated_federation_is_drawn_in_blocks_with_the_bits_of_one_draw(monkeypatch):
+    import fedkmeans.tuning.simulation as simulation
+
+    rng = np.random.default_rng(3)
+    server = rng.normal(size=(60, 5)) + 4 * rng.normal(size=(3, 5))[rng.integers(3, size=60)]
+    labels = server_clusters(subspace_coordinates(server, 3), 3, seed=2, n_init=1)
+
+    def draw():
+        return simulated_federation(server, labels, 30, 40, np.random.default_rng(7))
+
+    whole = draw()  # 30 clients of up to 40 points: fewer rows than DRAW_ROWS
+    assert sum(x.shape[0] for x in whole.points.values()) < simulation.DRAW_ROWS
+    monkeypatch.setattr(simulation, "DRAW_ROWS", 7)  # many blocks, a ragged last one
+    blocks = draw()
+    for j in whole.points:
+        np.testing.assert_array_equal(blocks.points[j], whole.points[j])
+    np.testing.assert_array_equal(blocks.server_x, whole.server_x)
+    # the clients' points are consecutive rows of the pooled array (no copy)
+    pooled = blocks.pooled
+    assert all(np.shares_memory(x, pooled) for x in blocks.points.values())
+    np.testing.assert_array_equal(pooled, np.concatenate(list(blocks.points.values())))
+    # every drawn point lies within the largest norm of the server's data
+    assert np.linalg.norm(pooled, axis=1).max() <= np.linalg.norm(server, axis=1).max()

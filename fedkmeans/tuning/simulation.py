@@ -75,6 +75,8 @@ CHUNK_POINTS = 4096
 #: Largest number of simulated points (beyond it fewer clients and scaled noise, module
 #: docstring), unless 2k clients hold more.
 MAX_POINTS = 10_000
+#: Rows of simulated points drawn at a time (:func:`simulated_federation`).
+DRAW_ROWS = 2048
 #: Restores the variance an interpolation ``(1 - u) a + u b`` loses: E[(1-u)^2 + u^2] = 2/3.
 SPREAD = float(np.sqrt(1.5))
 
@@ -210,18 +212,25 @@ def simulated_federation(
         a = members[starts[which] + (rng.random(which.size) * sizes_of[which]).astype(np.int64)]
         b = members[starts[which] + (rng.random(which.size) * sizes_of[which]).astype(np.int64)]
         u = rng.random((which.size, 1))
-        mu = means[which]
-        # mu + SPREAD ((1 - u) x_a + u x_b - mu), in place: the same operations, in the
-        # same order, so the same bits, with two (n, d) arrays instead of eight
-        point = server_x[a]
-        point *= 1 - u
-        other = server_x[b]
-        other *= u
-        point += other
-        point -= mu
-        point *= SPREAD
-        point += mu
-        return clip_rows_l2(point, radius, copy=False)  # its own array: no third copy
+        out = np.empty((which.size, server_x.shape[1]))
+        buffer = np.empty((min(DRAW_ROWS, which.size), server_x.shape[1]))
+        for start in range(0, which.size, DRAW_ROWS):
+            rows = slice(start, start + DRAW_ROWS)
+            # mu + SPREAD ((1 - u) x_a + u x_b - mu), in place and DRAW_ROWS rows at a
+            # time: the same operations in the same order (the same bits as on the whole
+            # arrays), with one (n, d) array and one small buffer, whose pages are
+            # already mapped (fresh (n, d) temporaries cost more in page faults than
+            # the arithmetic)
+            point = np.take(server_x, a[rows], axis=0, out=out[rows])
+            point *= 1 - u[rows]
+            other = np.take(server_x, b[rows], axis=0, out=buffer[:point.shape[0]])
+            other *= u[rows]
+            point += other
+            mu = np.take(means, which[rows], axis=0, out=other)
+            point -= mu
+            point *= SPREAD
+            point += mu
+        return clip_rows_l2(out, radius, copy=False)  # its own array: no copy
 
     sim_server = draw(rng.choice(present.size, size=server_x.shape[0], p=sizes_of / sizes_of.sum()))
     if sizes is None:
@@ -245,7 +254,9 @@ def simulated_federation(
     x = draw(np.minimum(which, present.size - 1))
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     points = {j: x[bounds[j]:bounds[j + 1]] for j in range(simulated)}
-    return SimulatedFederation(points, simulated / num_clients, sim_server)
+    # the clients' points are consecutive slices of x: x is the pooled points, no copy
+    return SimulatedFederation(points, simulated / num_clients, sim_server,
+                               _pooled={"points": x})
 
 
 @dataclass
