@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -62,12 +64,11 @@ def to_array(a: np.ndarray) -> Array:
         a = np.ascontiguousarray(a)
     if a.dtype.hasobject:
         raise ValueError("object arrays cannot be sent (no pickling)")
-    fields = np.lib.format.header_data_from_array_1_0(a)
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, fields)
-    flat = a.T.reshape(-1) if fields["fortran_order"] else a.reshape(-1)  # no copy
-    data = b"".join([header.getvalue(), memoryview(flat.view(np.uint8))])
-    return Array(dtype=str(a.dtype), shape=tuple(int(n) for n in a.shape),
+    fortran_order = not a.flags.c_contiguous  # as np.save decides it
+    header, dtype = _npy_header(a.dtype, fortran_order, a.shape)
+    flat = a.T.reshape(-1) if fortran_order else a.reshape(-1)  # no copy
+    data = b"".join([header, memoryview(flat.view(np.uint8))])
+    return Array(dtype=dtype, shape=tuple(int(n) for n in a.shape),
                  stype=SType.NUMPY, data=data)
 
 
@@ -81,19 +82,69 @@ def from_array(arr: Array, *, copy: bool = True) -> np.ndarray:
     """
     if arr.stype != SType.NUMPY:
         raise ValueError(f"unsupported array serialisation {arr.stype!r}")
-    stream = io.BytesIO(arr.data)  # shares the bytes, no copy
-    version = np.lib.format.read_magic(stream)
-    readers = {(1, 0): np.lib.format.read_array_header_1_0,
-               (2, 0): np.lib.format.read_array_header_2_0}
-    if version not in readers:
-        raise ValueError(f"unsupported .npy format version {version}")
-    shape, fortran_order, dtype = readers[version](stream)
+    shape, fortran_order, dtype, offset = _read_npy_header(_header_bytes(arr.data))
     if dtype.hasobject:
         raise ValueError("object arrays are refused (no unpickling)")
     count = math.prod(shape)
-    flat = np.frombuffer(arr.data, dtype=dtype, count=count, offset=stream.tell())
+    flat = np.frombuffer(arr.data, dtype=dtype, count=count, offset=offset)
     out = flat.reshape(shape[::-1]).T if fortran_order else flat.reshape(shape)
     return out.copy() if copy else out
+
+
+#: Bytes before a ``.npy`` header's text, by format version: the magic string, the
+#: version and the text's length (little-endian uint16 in 1.0, uint32 in 2.0).
+_PREFIX = {(1, 0): (10, "<H"), (2, 0): (12, "<I")}
+
+
+@lru_cache(maxsize=256)
+def _npy_header(dtype: np.dtype, fortran_order: bool, shape: tuple) -> tuple[bytes, str]:
+    """The ``.npy`` 1.0 header of an array and its dtype's name, once per dtype and shape.
+
+    NumPy's own writer, with the fields ``np.lib.format.header_data_from_array_1_0``
+    gives; it formats them from a dict's ``repr`` on every call (13 us an array), and
+    a round sends arrays of a few shapes, one message per node.
+    """
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {
+        "descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": fortran_order,
+        "shape": shape})
+    return header.getvalue(), str(dtype)
+
+
+def _header_bytes(data: bytes) -> bytes:
+    """The ``.npy`` prefix and header text at the start of ``data`` (not parsed).
+
+    Raises ValueError for another magic string or version, or a short buffer.
+    """
+    magic = np.lib.format.MAGIC_PREFIX
+    if len(data) < 10 or data[:len(magic)] != magic:
+        raise ValueError("not a .npy payload (magic string missing)")
+    version = (data[6], data[7])
+    if version not in _PREFIX:
+        raise ValueError(f"unsupported .npy format version {version}")
+    start, length = _PREFIX[version]
+    if len(data) < start:
+        raise ValueError("truncated .npy header")
+    (size,) = struct.unpack(length, data[8:start])
+    if len(data) < start + size:
+        raise ValueError("truncated .npy header")
+    return bytes(data[:start + size])
+
+
+@lru_cache(maxsize=256)
+def _read_npy_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """``(shape, fortran_order, dtype, data offset)`` of a ``.npy`` header.
+
+    NumPy's own readers (their checks included), once per distinct header: they parse
+    its text with ``ast.literal_eval`` (17 us an array), and a round's replies repeat a
+    few headers.
+    """
+    stream = io.BytesIO(header)
+    version = np.lib.format.read_magic(stream)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0,
+               (2, 0): np.lib.format.read_array_header_2_0}
+    shape, fortran_order, dtype = readers[version](stream)
+    return shape, fortran_order, dtype, stream.tell()
 
 
 #: Suffix of a statistic sent as the upper triangles of a stack of symmetric matrices

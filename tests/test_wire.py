@@ -11,7 +11,8 @@ from fedkmeans.wire import from_array, pack, to_array, unpack
 ARRAYS = [
     np.array(3.0), np.zeros((0, 3)), np.arange(6).reshape(2, 3), np.array([True, False]),
     np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.eye(3) + 0.5),
-    np.linspace(-1, 1, 5050 * 3).reshape(3, 5050),
+    np.linspace(-1, 1, 5050 * 3).reshape(3, 5050), np.zeros(3, dtype=">f4"),
+    np.zeros((2, 3), dtype=[("a", "<f8"), ("b", "<i4")]), np.arange(12.0).reshape(3, 4).T,
 ]
 
 
@@ -67,3 +68,21 @@ def test_pack_and_unpack_round_trip_through_a_message():
     np.testing.assert_array_equal(arrays["ids"], [4, 7])
     assert config == {"k": 3}
     assert unpack(RecordDict()) == ({}, {})
+
+
+def test_a_version_2_header_is_read_and_a_short_or_object_header_refused():
+    a = np.arange(6.0).reshape(2, 3)
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, a, version=(2, 0))
+    v2 = Array(dtype="float64", shape=(2, 3), stype="numpy.ndarray", data=buffer.getvalue())
+    np.testing.assert_array_equal(from_array(v2), a)
+    head = Array(a).data[:20]  # the header's length says more than is there
+    with pytest.raises(ValueError, match="truncated"):
+        from_array(Array(dtype="float64", shape=(2, 3), stype="numpy.ndarray", data=head))
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+    pickled = Array(dtype="object", shape=(1,), stype="numpy.ndarray",
+                    data=buffer.getvalue() + bytes(8))
+    with pytest.raises(ValueError, match="object"):
+        from_array(pickled)
