@@ -171,7 +171,6 @@ def kmeans(
 
 #: Largest ``n * d`` that :func:`kmeans` runs on one OpenMP thread (8 MiB of float64).
 ONE_THREAD_MAX_VALUES = 1_000_000
-_OPENMP: list = []  # the process's ThreadpoolController, made on first use
 
 
 def _threads_for(values: int):
@@ -187,11 +186,9 @@ def _threads_for(values: int):
     """
     if values > ONE_THREAD_MAX_VALUES:
         return nullcontext()
-    if not _OPENMP:
-        from threadpoolctl import ThreadpoolController
+    from fedkmeans.clustering.scikit import thread_controller
 
-        _OPENMP.append(ThreadpoolController())  # after scikit-learn loaded its OpenMP
-    return _OPENMP[0].limit(limits=1, user_api="openmp")
+    return thread_controller().limit(limits=1, user_api="openmp")
 
 
 def weighted_kmeans(

@@ -61,7 +61,6 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from fedkmeans.algorithms import algorithm
 from fedkmeans.algorithms.server_baselines import SERVER_LLOYDS
@@ -128,12 +127,10 @@ def resolve_auto(
     # BLAS/OpenMP thread runs the paper mixture's client-level tuning in 0.35-0.40 s,
     # two threads in 0.85-1.2 s (thread start-up and contention dominate). The limit
     # covers only the runtimes loaded when it starts, and scikit-learn (its OpenMP) is
-    # imported where k-means runs: load it first.
-    from fedkmeans.clustering.scikit import load_sklearn
+    # imported where k-means runs: the controller loads it first.
+    from fedkmeans.clustering.scikit import thread_controller
 
-    load_sklearn()  # without pandas
-
-    with threadpool_limits(limits=1):
+    with thread_controller().limit(limits=1):
         return _resolve_auto(config, server_x, estimates)
 
 
