@@ -91,9 +91,11 @@ def from_array(arr: Array, *, copy: bool = True) -> np.ndarray:
     return out.copy() if copy else out
 
 
-#: Bytes before a ``.npy`` header's text, by format version: the magic string, the
-#: version and the text's length (little-endian uint16 in 1.0, uint32 in 2.0).
-_PREFIX = {(1, 0): (10, "<H"), (2, 0): (12, "<I")}
+#: By ``.npy`` format version: the bytes before the header's text (the magic string,
+#: the version and the text's length: little-endian uint16 in 1.0, uint32 in 2.0) and
+#: NumPy's reader of the header.
+_VERSIONS = {(1, 0): (10, "<H", np.lib.format.read_array_header_1_0),
+             (2, 0): (12, "<I", np.lib.format.read_array_header_2_0)}
 
 
 @lru_cache(maxsize=256)
@@ -120,9 +122,9 @@ def _header_bytes(data: bytes) -> bytes:
     if len(data) < 10 or data[:len(magic)] != magic:
         raise ValueError("not a .npy payload (magic string missing)")
     version = (data[6], data[7])
-    if version not in _PREFIX:
+    if version not in _VERSIONS:
         raise ValueError(f"unsupported .npy format version {version}")
-    start, length = _PREFIX[version]
+    start, length, _ = _VERSIONS[version]
     if len(data) < start:
         raise ValueError("truncated .npy header")
     (size,) = struct.unpack(length, data[8:start])
@@ -141,9 +143,7 @@ def _read_npy_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype, in
     """
     stream = io.BytesIO(header)
     version = np.lib.format.read_magic(stream)
-    readers = {(1, 0): np.lib.format.read_array_header_1_0,
-               (2, 0): np.lib.format.read_array_header_2_0}
-    shape, fortran_order, dtype = readers[version](stream)
+    shape, fortran_order, dtype = _VERSIONS[version][2](stream)
     return shape, fortran_order, dtype, stream.tell()
 
 

@@ -8,9 +8,10 @@ cost 0.25-0.5 s of a default run's start-up on the shared 2 cores, in a run that
 no table. :func:`load_sklearn` imports scikit-learn once with ``import pandas`` failing,
 then lets pandas be imported normally again (a data set that reads a file loads it).
 
-:func:`thread_controller` is the process's one ``threadpoolctl`` controller of the
-BLAS and OpenMP runtimes scikit-learn and NumPy loaded: finding them walks every loaded
-library (about 16 ms), so it is done once, after scikit-learn is loaded.
+:func:`thread_controller` is the server's ``threadpoolctl`` controller of the BLAS and
+OpenMP runtimes scikit-learn and NumPy loaded: finding them walks every loaded library
+(about 16 ms), so it is made once, after scikit-learn is loaded. (A node keeps its own,
+:mod:`fedkmeans.blas_threads`: it must not load scikit-learn.)
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def load_sklearn() -> None:
 
 
 def thread_controller():
-    """The process's ``threadpoolctl.ThreadpoolController``, made once after scikit-learn.
+    """The server's ``threadpoolctl.ThreadpoolController``, made once after scikit-learn.
 
     A controller covers the runtimes loaded when it is made, so scikit-learn (its
     OpenMP) is loaded first (:func:`load_sklearn`).
