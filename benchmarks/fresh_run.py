@@ -15,8 +15,6 @@ def cold_caches() -> None:
     runs before it (pure functions of a plan: the same plan again costs nearly
     nothing); a measured run starts without them, as a fresh process does.
     """
-    from fedkmeans.privacy.accountant import _composed_epsilon
-    from fedkmeans.tuning.search import _calibrate_unit
+    from fedkmeans.tuning.search import forget_calibrations
 
-    _composed_epsilon.cache_clear()
-    _calibrate_unit.cache_clear()
+    forget_calibrations()

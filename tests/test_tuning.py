@@ -343,3 +343,19 @@ def test_a_simulated_federation_is_drawn_in_blocks_with_the_bits_of_one_draw(mon
     np.testing.assert_array_equal(pooled, np.concatenate(list(blocks.points.values())))
     # every drawn point lies within the largest norm of the server's data
     assert np.linalg.norm(pooled, axis=1).max() <= np.linalg.norm(server, axis=1).max()
+
+
+def test_forgetting_the_calibrations_empties_both_memos_and_changes_no_scale(small_config):
+    from fedkmeans.privacy.accountant import _composed_epsilon
+    from fedkmeans.tuning.search import _calibrate_unit, _calibrated, forget_calibrations
+
+    base = parse_config(small_config)
+    config = replace(base, privacy=replace(
+        base.privacy, epsilon=1.0, split=CLIENT_SPLITS[0], lloyds_steps=1))
+    first = _calibrated(config, subspace=True)
+    assert _calibrate_unit.cache_info().currsize >= 1
+    assert _composed_epsilon.cache_info().currsize >= 1
+    forget_calibrations()
+    assert _calibrate_unit.cache_info().currsize == 0
+    assert _composed_epsilon.cache_info().currsize == 0
+    assert _calibrated(config, subspace=True) == first  # pure functions of the plan

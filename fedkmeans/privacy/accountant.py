@@ -28,7 +28,8 @@ from fedkmeans.privacy.registry import MECHANISMS, mechanism
 if TYPE_CHECKING:
     import dp_accounting
 
-__all__ = ["Release", "PrivacyAccountant", "gaussian_epsilon"]  # gaussian_epsilon: re-export
+__all__ = [  # gaussian_epsilon: re-export
+    "Release", "PrivacyAccountant", "forget_composed_epsilons", "gaussian_epsilon"]
 
 @dataclass(frozen=True)
 class Release:
@@ -211,6 +212,15 @@ def _groups(releases: Sequence[Release]) -> list[list[Release]]:
     for i, r in enumerate(releases):
         groups.setdefault(r.group if r.group else ("", i), []).append(r)
     return list(groups.values())
+
+
+def forget_composed_epsilons() -> None:
+    """Forget the composed epsilons this process memoised (:func:`_composed_epsilon`).
+
+    A pure function of the releases, delta and the discretization: forgetting changes
+    no result, only how long the next composition of the same ledger takes.
+    """
+    _composed_epsilon.cache_clear()
 
 
 @lru_cache(maxsize=256)

@@ -15,6 +15,7 @@ import numpy as np
 from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering.client_stats import cluster_sums_counts
 from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.privacy.accountant import forget_composed_epsilons
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.tuning.estimates import PrivateEstimates
@@ -29,7 +30,8 @@ from fedkmeans.tuning.simulation import (
 
 __all__ = [
     "CLIENT_SPLITS", "CLIPS", "CLIP_QUANTILES", "REPS", "SEARCH_BAND", "SPLITS", "STEPS",
-    "balanced_sums_ratio", "client_bound_quantiles", "paired_search", "search",
+    "balanced_sums_ratio", "client_bound_quantiles", "forget_calibrations", "paired_search",
+    "search",
 ]
 
 #: Candidate budget splits (FedDP-Init steps 1, 2, 3 sums, 3 counts) at data-point
@@ -292,6 +294,17 @@ def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
     releases = _calibrate_unit(unit, p.epsilon, p.delta)
     return [replace(r, sensitivity=q.sensitivity, noise_scale=r.noise_scale * q.sensitivity)
             for r, q in zip(releases, plan, strict=True)]
+
+
+def forget_calibrations() -> None:
+    """Forget every calibration this process memoised: the candidates' and the PLD's.
+
+    Both are pure functions of a plan, so no result changes; a benchmark that runs
+    configurations one after another in one process calls it to time each run's
+    tuning and calibration as a fresh process would make them.
+    """
+    _calibrate_unit.cache_clear()
+    forget_composed_epsilons()
 
 
 @lru_cache(maxsize=64)
