@@ -265,3 +265,36 @@ def test_sums_read_in_blocks_of_whole_clients_are_the_bits_of_one_product(level,
     for one, other in zip(whole, split, strict=True):
         for name in ("sums", "counts"):
             np.testing.assert_array_equal(one[name], other[name])
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_a_node_of_one_block_answers_as_the_node_of_its_slices(level):
+    """``NodeData.of_block``: the statistics of the node built from the same slices."""
+    node = _node(level)
+    ids = node.client_ids
+    stacked = np.concatenate([node.points[c] for c in ids.tolist()])
+    offsets = np.concatenate([[0], np.cumsum([node.points[c].shape[0] for c in ids.tolist()])])
+    block = NodeData.of_block(node.config, ids, stacked, offsets)
+    assert all(np.shares_memory(block.points[c], stacked) for c in ids.tolist() if c != 3)
+    rng = np.random.default_rng(2)
+    basis = np.linalg.qr(rng.normal(size=(5, 3)))[0].T
+    server, centers = rng.normal(size=(6, 3)), rng.normal(size=(3, 5))
+    for clients in ([6, 0, 3, 4, 1], [1, 2, 3, 4], [5]):
+        for name, value in node.histogram(clients, basis, server).items():
+            np.testing.assert_array_equal(block.histogram(clients, basis, server)[name], value)
+        for name, value in node.sums_counts(clients, centers).items():
+            np.testing.assert_array_equal(block.sums_counts(clients, centers)[name], value)
+    block.clip_covariance_triangles(block.raw_covariance_triangles(ids.tolist()))
+    np.testing.assert_array_equal(stacked, np.concatenate([node.points[c] for c in ids.tolist()]))
+
+
+def test_pooled_points_of_consecutive_and_scattered_clients():
+    node = _node("datapoint")  # sizes 1, 13, 4, 0, 9, 2, 7
+    for clients, sizes in (([1, 2, 3, 4], [13, 4, 0, 9]), ([4, 1], [9, 13]), ([3], [0])):
+        pooled, owner = node._pooled(clients)
+        np.testing.assert_array_equal(pooled, np.concatenate([node.points[c] for c in clients]))
+        np.testing.assert_array_equal(owner, np.repeat(np.arange(len(clients)), sizes))
+        assert owner.dtype == np.int64
+    assert np.shares_memory(node._pooled([1, 2, 3, 4])[0], node.points[1])  # a view
+    pooled, owner = node._pooled([])
+    assert pooled.shape == (0, 5) and owner.shape == (0,)

@@ -359,3 +359,21 @@ def test_forgetting_the_calibrations_empties_both_memos_and_changes_no_scale(sma
     assert _calibrate_unit.cache_info().currsize == 0
     assert _composed_epsilon.cache_info().currsize == 0
     assert _calibrated(config, subspace=True) == first  # pure functions of the plan
+
+
+def test_a_simulated_federation_s_block_is_its_clients_in_id_order():
+    from fedkmeans.tuning.simulation import SimulatedFederation
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(9, 2))
+    in_order = SimulatedFederation({0: x[:4], 1: x[4:4], 2: x[4:]}, 1.0, np.zeros((1, 2)),
+                                   _pooled={"points": x})
+    ids, stacked, offsets = in_order.block()
+    assert ids.tolist() == [0, 1, 2] and offsets.tolist() == [0, 4, 4, 9]
+    assert stacked is x  # the pooled points themselves, no copy
+    assert in_order.sizes(np.array([2, 0, 1])).tolist() == [5, 4, 0]
+    shuffled = SimulatedFederation({7: x[:2], 3: x[2:]}, 1.0, np.zeros((1, 2)))
+    ids, stacked, offsets = shuffled.block()
+    assert ids.tolist() == [3, 7] and offsets.tolist() == [0, 7, 9]
+    np.testing.assert_array_equal(stacked, np.concatenate([x[2:], x[:2]]))
+    assert shuffled.sizes(np.array([7, 3])).tolist() == [2, 7]

@@ -124,6 +124,22 @@ class NodeMemory:
                               else np.concatenate(labels))
         self._adopt(order, offsets, stacked, labels_stacked)
 
+    @classmethod
+    def of_block(cls, config: ExperimentConfig, client_ids: np.ndarray, stacked: np.ndarray,
+                 offsets: np.ndarray):
+        """A node whose clients' points are consecutive row slices of ``stacked``.
+
+        Client ``client_ids[i]`` holds rows ``offsets[i]:offsets[i + 1]`` (``offsets``
+        of shape (m + 1,), from 0 to ``stacked.shape[0]``); no labels. The node reads
+        ``stacked`` and never writes it (a clip copies it first). The same node as one
+        built from the slices, without checking each of them is one
+        (the tuning's simulated federations, thousands of small clients).
+        """
+        order = np.asarray(client_ids).tolist()
+        node = cls(config, np.asarray(client_ids), {}, dict.fromkeys(order))
+        node._adopt(order, offsets, stacked, None)
+        return node
+
     def _adopt(self, order, offsets, stacked, labels_stacked) -> None:
         """Make ``points`` (and ``labels``) views of the stacked arrays."""
         self._order = list(order)
@@ -339,15 +355,17 @@ class NodeMemory:
 
     def _pooled(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The asked clients' points stacked (n, d) and each row's client position."""
-        sizes = [self.points[c].shape[0] for c in clients]
-        if not clients:
+        if not len(clients):
             return np.zeros((0, self.dim)), np.zeros(0, np.int64)
-        owner = np.repeat(np.arange(len(clients)), sizes)
         if self._stacked is not None:
             first = self._position[clients[0]]
-            if [self._position[c] for c in clients] == list(range(first, first + len(clients))):
-                start, stop = self._offsets[first], self._offsets[first + len(clients)]
-                return self._stacked[start:stop], owner  # consecutive clients: a view
+            last = first + len(clients)
+            if self._order[first:last] == list(clients):  # consecutive clients: a view
+                bounds = self._offsets[first:last + 1]
+                owner = np.repeat(np.arange(len(clients)), np.diff(bounds))
+                return self._stacked[bounds[0]:bounds[-1]], owner
+        sizes = [self.points[c].shape[0] for c in clients]
+        owner = np.repeat(np.arange(len(clients)), sizes)
         return np.concatenate([self.points[c] for c in clients]), owner
 
 

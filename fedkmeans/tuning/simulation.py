@@ -110,6 +110,27 @@ class SimulatedFederation:
             self._pooled["points"] = np.concatenate(list(self.points.values()))
         return self._pooled["points"]
 
+    def block(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The clients in id order and their points one after the other (computed once).
+
+        Returns ``(ids, stacked, offsets)``: client ``ids[i]`` holds rows
+        ``offsets[i]:offsets[i + 1]`` of ``stacked``; :attr:`pooled` itself when the
+        clients are already in id order, as :func:`simulated_federation` makes them.
+        """
+        if "block" not in self._pooled:
+            ids = np.array(sorted(self.points), dtype=np.int64)
+            sizes = np.array([self.points[c].shape[0] for c in ids.tolist()], dtype=np.int64)
+            stacked = (self.pooled if list(self.points) == ids.tolist()
+                       else np.concatenate([self.points[c] for c in ids.tolist()]))
+            self._pooled["block"] = ids, stacked, np.concatenate([[0], np.cumsum(sizes)])
+        return self._pooled["block"]
+
+    def sizes(self, ids: np.ndarray) -> np.ndarray:
+        """Points of each client of ``ids``, shape (len(ids),), int64."""
+        block_ids, _, offsets = self.block()
+        at = np.searchsorted(block_ids, ids)
+        return offsets[at + 1] - offsets[at]
+
     def cost(self, centers: np.ndarray) -> float:
         """Mean squared distance of the simulated points to their nearest center.
 
@@ -332,7 +353,7 @@ class SimulatedPool:
         multiple of ``CHUNK_POINTS`` starts a new group, so a group holds at most
         ``CHUNK_POINTS`` points plus one client's; one (empty) group if there are no ids.
         """
-        sizes = np.array([self.federation.points[int(i)].shape[0] for i in ids], dtype=np.int64)
+        sizes = self.federation.sizes(ids)
         cuts = np.flatnonzero(np.diff(np.cumsum(sizes) // CHUNK_POINTS)) + 1
         return [part for part in np.split(ids, cuts) if part.size] or [ids]
 
@@ -376,8 +397,7 @@ def simulate_cost(
     seed = integer_seed(config.seed, "tuning", "noise", rep)
     sim_config = replace(config, seed=seed, privacy=replace(
         config.privacy, reproducible_noise=True))
-    ids = np.array(sorted(federation.points), dtype=np.int64)
-    node = NodeData(sim_config, ids, federation.points, dict.fromkeys(federation.points))
+    node = NodeData.of_block(sim_config, *federation.block())
     scaled = {r.stage: replace(r, noise_scale=r.noise_scale * federation.scale)
               for r in releases}
     # central noise of the ledger's scale: what SecAgg's shares add up to
