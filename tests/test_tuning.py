@@ -377,3 +377,37 @@ def test_a_simulated_federation_s_block_is_its_clients_in_id_order():
     assert ids.tolist() == [3, 7] and offsets.tolist() == [0, 7, 9]
     np.testing.assert_array_equal(stacked, np.concatenate([x[2:], x[:2]]))
     assert shuffled.sizes(np.array([7, 3])).tolist() == [2, 7]
+
+
+@pytest.mark.parametrize("level", ["datapoint", "client"])
+def test_the_search_on_two_threads_chooses_and_records_as_on_one(
+        small_config, noiseless_estimates, monkeypatch, level):
+    import logging
+    import threading
+
+    from fedkmeans.tuning import search as search_module
+
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": level})
+    server_x = np.random.default_rng(0).normal(size=(50, 8))
+    estimates = noiseless_estimates(level)
+    logger = logging.getLogger("fedkmeans")
+    logger.setLevel(logging.INFO)
+    seen: list[tuple] = []
+    simulate = search_module.simulate_cost
+
+    def recorded(candidate, federation, releases, rep):
+        seen.append((threading.current_thread().name, rep, id(federation)))
+        return simulate(candidate, federation, releases, rep)
+
+    monkeypatch.setattr(search_module, "simulate_cost", recorded)
+    results = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(search_module, "search_threads", lambda threads=threads: threads)
+        seen.clear()
+        results[threads] = resolve_auto(config, server_x, estimates)
+        assert logger.level == logging.INFO  # the simulations' quiet level is undone
+        workers = {name for name, _, _ in seen}
+        assert len(workers) == threads and threading.current_thread().name not in workers
+        # each rep has its own federation, whichever thread simulates it
+        assert len({(rep, fed) for _, rep, fed in seen}) == len({rep for _, rep, _ in seen})
+    assert results[1] == results[2]  # the same choice and the same record, costs included

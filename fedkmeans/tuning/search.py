@@ -7,6 +7,8 @@ only if cheaper in every paired simulation (:func:`paired_search`).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from functools import lru_cache
 
@@ -62,7 +64,27 @@ CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray,
             num_clients: float, auto_clips: list[str], estimates: PrivateEstimates | None,
             record: dict, *, subspace: bool) -> ExperimentConfig:
-    """The simulated search over the bound quantile, the split and T (module docstring)."""
+    """The simulated search over the bound quantile, the split and T (module docstring).
+
+    A candidate's :data:`REPS` simulations run at once on :func:`search_threads`
+    threads (each simulation is a function of its candidate, federation and seed
+    alone, so the choice and the record are those of one thread).
+    """
+    with ThreadPoolExecutor(search_threads()) as workers:
+        return _search(workers, config, base, clipped, num_clients, auto_clips, estimates,
+                       record, subspace=subspace)
+
+
+def search_threads() -> int:
+    """Threads of the search: one per simulation of a candidate, at most one per core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(REPS, cores or 1))
+
+
+def _search(workers: ThreadPoolExecutor, config: ExperimentConfig, base: ExperimentConfig,
+            clipped: np.ndarray, num_clients: float, auto_clips: list[str],
+            estimates: PrivateEstimates | None, record: dict, *,
+            subspace: bool) -> ExperimentConfig:
     privacy = base.privacy
     n_max = int(privacy.max_points_per_client)
     k = config.largest_k[1]
@@ -80,7 +102,8 @@ def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray
                 clipped, labels, max(1, round(num_clients)), n_max, rng, sizes=sizes)
         return federations[rep]
 
-    scores: dict[tuple, dict[int, float]] = {}
+    scores: dict[tuple, dict[int, Future]] = {}
+    pending: list[Future] = []
 
     def cost_of(candidate: ExperimentConfig, rep: int) -> float:
         p = candidate.privacy
@@ -89,8 +112,11 @@ def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray
         done = scores.setdefault(key, {})
         if rep not in done:
             releases = _calibrated(candidate, subspace=subspace)
-            done[rep] = simulate_cost(candidate, federation(rep), releases, rep)
-        return done[rep]
+            wait(pending)  # one simulation at a time per federation
+            pending[:] = [done.setdefault(r, workers.submit(
+                lambda r=r: simulate_cost(candidate, federation(r), releases, r)))
+                for r in range(REPS) if r not in done]
+        return done[rep].result()
 
     def best_of(stage: str, candidates: dict, line_search: bool = False) -> tuple:
         chosen, tried = paired_search(

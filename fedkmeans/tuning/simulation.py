@@ -42,6 +42,7 @@ the signal-to-noise ratio of every release is kept.
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Iterator
@@ -360,14 +361,29 @@ class SimulatedPool:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """Silence the project's warnings (uniform-weight fallbacks) during a simulation."""
+    """Silence the project's warnings (uniform-weight fallbacks) during a simulation.
+
+    Simulations may run on several threads at once (:func:`~fedkmeans.tuning.search.
+    search`): the first to start sets the level, the last to end restores it.
+    """
     logger = logging.getLogger("fedkmeans")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    with _QUIET_LOCK:
+        if not _QUIET:
+            _QUIET.append(logger.level)
+            logger.setLevel(logging.ERROR)
+        _QUIET.append(None)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        with _QUIET_LOCK:
+            _QUIET.pop()
+            if len(_QUIET) == 1:
+                logger.setLevel(_QUIET.pop())
+
+
+#: The level :func:`_quiet` restores, then one entry per simulation running.
+_QUIET: list = []
+_QUIET_LOCK = threading.Lock()
 
 
 def simulate_cost(
