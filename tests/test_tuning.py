@@ -411,3 +411,36 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
         # each rep has its own federation, whichever thread simulates it
         assert len({(rep, fed) for _, rep, fed in seen}) == len({rep for _, rep, _ in seen})
     assert results[1] == results[2]  # the same choice and the same record, costs included
+
+
+def test_candidates_with_the_same_clips_share_step_1_s_folded_sum():
+    from fedkmeans.node import NodeData
+    from fedkmeans.server.aggregation import Fold, RunningSums
+    from fedkmeans.tuning.simulation import SimulatedFederation, SimulatedPool
+
+    rng = np.random.default_rng(4)
+    points = {j: rng.normal(size=(6, 3)) * (1 + j) for j in range(5)}
+    federation = SimulatedFederation(points, 1.0, rng.normal(size=(8, 3)))
+    ids = np.arange(5)
+    expected = {"covariance": (3, 3)}
+
+    def folded(clip: float, bound: float) -> np.ndarray:
+        config = parse_config({"data.dim": 3, "k": 2, "privacy.level": "client",
+                               "privacy.data-radius": 50.0, "privacy.clip-covariance": clip})
+        pool = SimulatedPool(NodeData.of_block(config, *federation.block()), federation)
+        fold = {"covariance": Fold(bound)}
+        replies = pool.query("covariance", ids, {}, expected, fold=fold)
+        assert replies.folded
+        # what the pool folds without its cache: the clipped triangles, summed
+        node = NodeData(config, ids, dict(points), dict.fromkeys(points))
+        sums = RunningSums(expected, fold)
+        sums.add({"covariance": node.clip_covariance_triangles(
+            node.raw_covariance_triangles(ids.tolist()))}, frozenset({"covariance"}))
+        np.testing.assert_array_equal(replies.stats["covariance"], sums.as_rows()["covariance"])
+        return replies.stats["covariance"]
+
+    first = folded(10.0, 10.0)
+    first += 1.0  # a caller's changes never reach the shared sum
+    np.testing.assert_array_equal(folded(10.0, 10.0), first - 1.0)
+    assert not np.array_equal(folded(20.0, 20.0), first - 1.0)  # other clips: its own sum
+    assert len(federation.covariances) == 3  # the raw triangles and two folded sums

@@ -116,11 +116,17 @@ class StageArithmetic:
         In place (the caller owns ``triangles``); unchanged at data-point level or
         without privacy.
         """
-        privacy = self.config.privacy
-        if self.config.is_private and privacy.level == "client":
-            bound = statistic_bounds(privacy)["covariance"].client_bound
+        bound = self.covariance_client_bound()
+        if bound is not None:
             return clip_upper_triangles(triangles, bound, self.dim, copy=False)
         return triangles
+
+    def covariance_client_bound(self) -> float | None:
+        """The bound :meth:`clip_covariance_triangles` clips with (None: no clip)."""
+        privacy = self.config.privacy
+        if self.config.is_private and privacy.level == "client":
+            return statistic_bounds(privacy)["covariance"].client_bound
+        return None
 
     def _clip_rows(self, name: str, stacked: np.ndarray) -> np.ndarray:
         """Client level: clip each client's row of ``stacked`` (m, ...) on its own."""

@@ -99,7 +99,9 @@ class SimulatedFederation:
     scale: float
     server_x: np.ndarray
     #: Step-1 triangles by clients, before the client-level clip: they do not depend on
-    #: the candidate, and are the costliest to compute (one d x d per client).
+    #: the candidate, and are the costliest to compute (one d x d per client); and their
+    #: folded sums by clients, client clip and server fold, which candidates that
+    #: differ only in later settings (T, the split) share.
     covariances: dict = field(default_factory=dict, compare=False, repr=False)
     #: The pooled points and their squared norms, computed once for every candidate.
     _pooled: dict = field(default_factory=dict, compare=False, repr=False)
@@ -320,11 +322,21 @@ class SimulatedPool:
         del config, round_name
         ids = np.asarray(clients, dtype=np.int64)
         if stage == "covariance":
-            # step 1: every client's X^T X once per federation; each candidate clips a copy
+            # step 1: every client's X^T X once per federation; each candidate clips a
+            # copy, and candidates with the same clips share the folded sum
             cache = self.federation.covariances
             key = ids.tobytes()
             if key not in cache:
                 cache[key] = self.node.raw_covariance_triangles(ids.tolist())
+            if fold is not None:
+                folded = (key, self.node.covariance_client_bound(), tuple(sorted(fold.items())))
+                if folded not in cache:
+                    sums = RunningSums(expected, fold)
+                    sums.add({"covariance": self.node.clip_covariance_triangles(
+                        cache[key].copy())}, frozenset({"covariance"}))
+                    cache[folded] = sums.as_rows()
+                return Replies(ids, {name: v.copy() for name, v in cache[folded].items()},
+                               folded=True)
             rows = {"covariance": self.node.clip_covariance_triangles(cache[key].copy())}
             triangles = frozenset(rows)
         else:
