@@ -396,8 +396,9 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
     simulate = search_module.simulate_cost
 
     def recorded(candidate, federation, releases, rep):
-        seen.append((threading.current_thread().name, rep, id(federation)))
-        return simulate(candidate, federation, releases, rep)
+        cost = simulate(candidate, federation, releases, rep)
+        seen.append((threading.current_thread().name, rep, id(federation), cost))
+        return cost
 
     monkeypatch.setattr(search_module, "simulate_cost", recorded)
     results = {}
@@ -406,10 +407,14 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
         seen.clear()
         results[threads] = resolve_auto(config, server_x, estimates)
         assert logger.level == logging.INFO  # the simulations' quiet level is undone
-        workers = {name for name, _, _ in seen}
+        workers = {name for name, *_ in seen}
         assert len(workers) == threads and threading.current_thread().name not in workers
         # each rep has its own federation, whichever thread simulates it
-        assert len({(rep, fed) for _, rep, fed in seen}) == len({rep for _, rep, _ in seen})
+        assert len({(rep, fed) for _, rep, fed, _ in seen}) == len({s[1] for s in seen})
+        recorded_costs = {cost for c in results[threads][1]["candidates"]
+                          for cost in c.get("paired_costs", [])}
+        if threads == 1:  # one thread simulates only what the search compares
+            assert {cost for *_, cost in seen} <= recorded_costs
     assert results[1] == results[2]  # the same choice and the same record, costs included
 
 

@@ -70,9 +70,10 @@ def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray
     threads (each simulation is a function of its candidate, federation and seed
     alone, so the choice and the record are those of one thread).
     """
-    with ThreadPoolExecutor(search_threads()) as workers:
-        return _search(workers, config, base, clipped, num_clients, auto_clips, estimates,
-                       record, subspace=subspace)
+    threads = search_threads()
+    with ThreadPoolExecutor(threads) as workers:
+        return _search(workers, threads > 1, config, base, clipped, num_clients, auto_clips,
+                       estimates, record, subspace=subspace)
 
 
 def search_threads() -> int:
@@ -81,9 +82,9 @@ def search_threads() -> int:
     return max(1, min(REPS, cores or 1))
 
 
-def _search(workers: ThreadPoolExecutor, config: ExperimentConfig, base: ExperimentConfig,
-            clipped: np.ndarray, num_clients: float, auto_clips: list[str],
-            estimates: PrivateEstimates | None, record: dict, *,
+def _search(workers: ThreadPoolExecutor, together: bool, config: ExperimentConfig,
+            base: ExperimentConfig, clipped: np.ndarray, num_clients: float,
+            auto_clips: list[str], estimates: PrivateEstimates | None, record: dict, *,
             subspace: bool) -> ExperimentConfig:
     privacy = base.privacy
     n_max = int(privacy.max_points_per_client)
@@ -113,9 +114,11 @@ def _search(workers: ThreadPoolExecutor, config: ExperimentConfig, base: Experim
         if rep not in done:
             releases = _calibrated(candidate, subspace=subspace)
             wait(pending)  # one simulation at a time per federation
+            # on several threads every missing rep at once (a challenger's second runs
+            # even if its first loses); on one, only the rep asked for
             pending[:] = [done.setdefault(r, workers.submit(
                 lambda r=r: simulate_cost(candidate, federation(r), releases, r)))
-                for r in range(REPS) if r not in done]
+                for r in (range(REPS) if together else [rep]) if r not in done]
         return done[rep].result()
 
     def best_of(stage: str, candidates: dict, line_search: bool = False) -> tuple:
