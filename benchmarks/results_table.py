@@ -23,12 +23,13 @@ def write_csv(path: Path, rows: Sequence[Mapping]) -> None:
 
 
 def markdown_table(rows: Sequence[Mapping]) -> list[str]:
-    """The lines of a Markdown table with one column per key of ``rows``."""
-    header = list(rows[0])
+    """The lines of a Markdown table with one column per key of ``rows``, in first-seen
+    order (a row without a key leaves its cell empty, as in :func:`write_csv`)."""
+    header = list(dict.fromkeys(key for row in rows for key in row))
     return [
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
-        *("| " + " | ".join(str(row[h]) for h in header) + " |" for row in rows),
+        *("| " + " | ".join(str(row.get(h, "")) for h in header) + " |" for row in rows),
     ]
 
 

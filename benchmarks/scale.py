@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -419,6 +420,11 @@ def _median_run(runs: list[dict]) -> dict:
     chosen["runs"] = len(runs)
     chosen["after_startup_runs"] = "; ".join(
         f"{r['after_startup_s']} ({r['after_startup_over_bound']} x)" for r in runs)
+    # the share moves with the T a run chooses (its estimate round's noise is secret)
+    chosen["tuning_share_runs"] = "; ".join(
+        f"{r['tuning_share']} ({r['bound_pipeline']})" for r in runs)
+    shares = [r["tuning_share"] for r in runs if r["tuning_share"] != ""]
+    chosen["tuning_share_median"] = statistics.median(shares) if shares else ""
     return chosen
 
 
@@ -588,7 +594,10 @@ def main() -> None:
         "(empty: 1): runs of the configuration (`--repeats`), the row being the run of "
         "median ratio to its bound, "
         "*after_startup_runs* every run's time after start-up and ratio, and the bound the "
-        "median of as many passes.\n\n"
+        "median of as many passes; *tuning_share_runs* every run's tuning share and "
+        "pipeline (the share moves with the T a run chooses, which follows its estimate "
+        "round's secret noise) and *tuning_share_median* their median (empty: measured "
+        "before these columns).\n\n"
         + "\n".join(lines) + "\n"
     )
     _plot(rows, out.with_suffix(".png"))
