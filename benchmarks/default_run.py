@@ -128,7 +128,7 @@ def measure(trees: dict[str, Path], runs: int, work: Path) -> tuple[list[dict], 
     return rows, loads
 
 
-def _commit(tree: Path) -> str:
+def tree_commit(tree: Path) -> str:
     """The tree's short commit, marked ``+`` with uncommitted changes in fedkmeans/."""
     commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
@@ -154,7 +154,7 @@ def main() -> None:
     label = "after" if args.base else "this"
     auto = next(r for r in rows if r["tree"] == label and r["command"] != "tuning=none")
     ratio = auto["ratio_to_none"]
-    commits = ", ".join(f"*{name}* = {_commit(tree)}" for name, tree in trees.items())
+    commits = ", ".join(f"*{name}* = {tree_commit(tree)}" for name, tree in trees.items())
     lines = [
         f"Measured by `python benchmarks/default_run.py --runs {args.runs}"
         + (" --base <checkout>`" if args.base else "`")

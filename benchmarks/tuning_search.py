@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from default_run import environment, tree_commit
 from fresh_run import cold_caches
 from results_table import markdown_table, write_csv
 
@@ -101,22 +102,12 @@ def _child(overrides: list[str], repeats: int) -> dict:
 
 
 def _measure(tree: Path, overrides: list[str], repeats: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "FLWR_TELEMETRY_ENABLED": "0",
-           "FLWR_DISABLE_UPDATE_CHECK": "1"}
     done = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(overrides), "--repeats", str(repeats)],
-        env=env, capture_output=True, text=True, check=False)
+        env=environment(tree), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _commit(tree: Path) -> str:
-    sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "fedkmeans"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return sha + ("+uncommitted" if dirty else "")
 
 
 def main() -> None:
@@ -135,7 +126,7 @@ def main() -> None:
     rows = []
     for name, overrides in CONFIGS.items():
         for tree_name, tree in trees.items():
-            row = {"configuration": name, "tree": tree_name, "commit": _commit(tree),
+            row = {"configuration": name, "tree": tree_name, "commit": tree_commit(tree),
                    **_measure(tree, overrides, args.repeats)}
             rows.append(row)
             print(row, flush=True)
