@@ -126,7 +126,7 @@ class NodeMemory:
 
     @classmethod
     def of_block(cls, config: ExperimentConfig, client_ids: np.ndarray, stacked: np.ndarray,
-                 offsets: np.ndarray):
+                 offsets: np.ndarray) -> NodeMemory:
         """A node whose clients' points are consecutive row slices of ``stacked``.
 
         Client ``client_ids[i]`` holds rows ``offsets[i]:offsets[i + 1]`` (``offsets``
