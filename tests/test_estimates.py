@@ -36,8 +36,9 @@ from fedkmeans.tuning.estimates import (
     noise_floor,
     read_quantile,
 )
+from fedkmeans.tuning.federation import SimulatedFederation
 from fedkmeans.tuning.plan import estimate_release
-from fedkmeans.tuning.simulation import SimulatedFederation, SimulatedPool
+from fedkmeans.tuning.simulation import SimulatedPool
 
 AUTO = {"privacy.data-radius": "auto", "privacy.max-points-per-client": "auto",
         "privacy.split": "auto", "privacy.lloyds-steps": "auto"}

@@ -19,6 +19,12 @@ from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run_flat
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.thresholds import count_threshold, noise_std, spread
+from fedkmeans.tuning.federation import (
+    SimulatedFederation,
+    server_clusters,
+    simulated_federation,
+    subspace_coordinates,
+)
 from fedkmeans.tuning.resolve import RUNTIME_AUTO, resolve_auto
 from fedkmeans.tuning.search import (
     CLIENT_SPLITS,
@@ -26,12 +32,6 @@ from fedkmeans.tuning.search import (
     balanced_sums_ratio,
     client_bound_quantiles,
     paired_search,
-)
-from fedkmeans.tuning.simulation import (
-    SimulatedFederation,
-    server_clusters,
-    simulated_federation,
-    subspace_coordinates,
 )
 
 AUTO_ALL = {f"privacy.{key}": "auto" for key in (
@@ -282,7 +282,7 @@ def test_real_label_skew_sets_load_offline(name, clients, dim):
 
 def test_the_simulated_pool_answers_in_messages_of_about_4096_points():
     from fedkmeans.node import NodeData
-    from fedkmeans.tuning.simulation import CHUNK_POINTS, SimulatedFederation, SimulatedPool
+    from fedkmeans.tuning.simulation import CHUNK_POINTS, SimulatedPool
 
     rng = np.random.default_rng(0)
     points = {j: rng.normal(size=(1000, 3)) for j in range(20)}
@@ -321,7 +321,7 @@ def test_a_simulated_federation_s_cost_is_the_mean_nearest_squared_distance():
 
 
 def test_a_simulated_federation_is_drawn_in_blocks_with_the_bits_of_one_draw(monkeypatch):
-    import fedkmeans.tuning.simulation as simulation
+    import fedkmeans.tuning.federation as federation_module
 
     rng = np.random.default_rng(3)
     server = rng.normal(size=(60, 5)) + 4 * rng.normal(size=(3, 5))[rng.integers(3, size=60)]
@@ -331,8 +331,8 @@ def test_a_simulated_federation_is_drawn_in_blocks_with_the_bits_of_one_draw(mon
         return simulated_federation(server, labels, 30, 40, np.random.default_rng(7))
 
     whole = draw()  # 30 clients of up to 40 points: fewer rows than DRAW_ROWS
-    assert sum(x.shape[0] for x in whole.points.values()) < simulation.DRAW_ROWS
-    monkeypatch.setattr(simulation, "DRAW_ROWS", 7)  # many blocks, a ragged last one
+    assert sum(x.shape[0] for x in whole.points.values()) < federation_module.DRAW_ROWS
+    monkeypatch.setattr(federation_module, "DRAW_ROWS", 7)  # many blocks, a ragged last one
     blocks = draw()
     for j in whole.points:
         np.testing.assert_array_equal(blocks.points[j], whole.points[j])
@@ -362,7 +362,6 @@ def test_forgetting_the_calibrations_empties_both_memos_and_changes_no_scale(sma
 
 
 def test_a_simulated_federation_s_block_is_its_clients_in_id_order():
-    from fedkmeans.tuning.simulation import SimulatedFederation
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=(9, 2))
@@ -421,7 +420,7 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
 def test_candidates_with_the_same_clips_share_step_1_s_folded_sum():
     from fedkmeans.node import NodeData
     from fedkmeans.server.aggregation import Fold, RunningSums
-    from fedkmeans.tuning.simulation import SimulatedFederation, SimulatedPool
+    from fedkmeans.tuning.simulation import SimulatedPool
 
     rng = np.random.default_rng(4)
     points = {j: rng.normal(size=(6, 3)) * (1 + j) for j in range(5)}

@@ -1,7 +1,8 @@
 """Settings chosen from public information only: the server's data and declared facts.
 
+* :mod:`~fedkmeans.tuning.federation`: federations resampled from the server's data;
 * :mod:`~fedkmeans.tuning.simulation`: the real protocol (algorithms, mechanisms,
-  accountant) run on federations resampled from the server's data;
+  accountant) run on them;
 * :mod:`~fedkmeans.tuning.resolve`: picks every other ``auto`` setting with the
   simulation, before the private rounds, and records what it chose and why.
 * :mod:`~fedkmeans.tuning.plan`: the run's release plan (the estimate round's release,

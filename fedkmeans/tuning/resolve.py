@@ -26,8 +26,8 @@ What ``auto`` means per setting
 
     ``split``: one of ``SPLITS`` at data-point level, one of ``CLIENT_SPLITS``
     at client level; ``lloyds-steps`` (T in ``STEPS``): chosen by the simulation
-    (:mod:`fedkmeans.tuning.simulation`), which resamples a federation of the estimated
-    number and sizes of clients from Q.
+    (:mod:`fedkmeans.tuning.simulation`) on a federation of the estimated number and
+    sizes of clients resampled from Q (:mod:`fedkmeans.tuning.federation`).
 
     ``check-share`` (the final private choice, :mod:`fedkmeans.stages.check`):
     :data:`CHECK_FRACTION` of the budget on every private FedDP-KMeans run with a fixed

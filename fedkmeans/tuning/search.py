@@ -1,8 +1,9 @@
 """The simulated search of :mod:`fedkmeans.tuning.resolve`: candidates, paired costs.
 
-Each candidate setting is simulated on the same :data:`REPS` resampled federations
-(:mod:`fedkmeans.tuning.simulation`) with the same noise seeds, and replaces the default
-only if cheaper in every paired simulation (:func:`paired_search`).
+Each candidate setting is simulated (:mod:`fedkmeans.tuning.simulation`) on the same
+:data:`REPS` resampled federations (:mod:`fedkmeans.tuning.federation`) with the same
+noise seeds, and replaces the default only if cheaper in every paired simulation
+(:func:`paired_search`).
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from fedkmeans.privacy.accountant import forget_composed_epsilons
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.seeding import generator, integer_seed
 from fedkmeans.tuning.estimates import PrivateEstimates
-from fedkmeans.tuning.simulation import (
+from fedkmeans.tuning.federation import (
     cluster_means,
     federation_rng,
     server_clusters,
-    simulate_cost,
     simulated_federation,
     subspace_coordinates,
 )
+from fedkmeans.tuning.simulation import simulate_cost
 
 __all__ = [
     "CLIENT_SPLITS", "CLIPS", "CLIP_QUANTILES", "REPS", "SEARCH_BAND", "SPLITS", "STEPS",
@@ -96,7 +97,7 @@ def _search(workers: ThreadPoolExecutor, together: bool, config: ExperimentConfi
     def federation(rep: int):
         if rep not in federations:
             # each federation its own clustering of Q (one k-means++ start): see
-            # fedkmeans.tuning.simulation, "Clusters"
+            # fedkmeans.tuning.federation, "Clusters"
             rng = federation_rng(config, rep)
             labels = server_clusters(coords, k, seed=int(rng.integers(2**31)), n_init=1)
             federations[rep] = simulated_federation(
