@@ -86,7 +86,8 @@ class SimulatedFederation:
     #: folded sums by clients, client clip and server fold, which candidates that
     #: differ only in later settings (T, the split) share.
     covariances: dict = field(default_factory=dict, compare=False, repr=False)
-    #: The pooled points and their squared norms, computed once for every candidate.
+    #: The pooled points, their squared norms and the clients' block (:meth:`block`),
+    #: computed once for every candidate.
     _pooled: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
