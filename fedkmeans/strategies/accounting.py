@@ -91,15 +91,7 @@ class FlowerLedger:
 
     def get_delta(self, epsilon: float) -> float:
         """Delta of the whole ledger at ``epsilon`` (PLD; 1.0 with a noiseless release)."""
-        if not self._ledger.releases:
-            return 0.0
-        if any(r.noise_scale == 0.0 for r in self._ledger.releases):
-            return 1.0
-        from dp_accounting.pld import PLDAccountant
-
-        pld = PLDAccountant(value_discretization_interval=1e-4)
-        pld.compose(self._ledger.dp_event())
-        return float(min(max(pld.get_delta(epsilon), 0.0), 1.0))
+        return self._ledger.get_delta(epsilon)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         """Epsilon at ``delta`` (default: the config's target delta)."""
