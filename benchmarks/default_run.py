@@ -27,8 +27,12 @@ With ``--base`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/b
 <commit>``) both commands run on that tree too, all four alternating, so *before* and
 *after* see the same load.
 
+With ``--variant LABEL KEY=VALUE ...`` (repeatable) the default run with those
+overrides is measured in the same alternation, as the command ``auto, LABEL``: what a
+part of the default costs, e.g. ``--variant "no check" privacy.check-share=0``.
+
 Writes docs/results/default-run.csv (one row per tree and command) and
-docs/results/default-run.md.
+docs/results/default-run.md, or ``docs/results/<--name>.{csv,md}``.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results"
 #: The default run of issue 37 (its output directory is added per run).
 DEFAULT = ["-m", "fedkmeans.experiment", "privacy.epsilon=3.13", "optimal-cost=skip"]
-COMMANDS = {"default (tuning=auto)": DEFAULT, "tuning=none": [*DEFAULT, "tuning=none"]}
+DEFAULT_NAME = "default (tuning=auto)"
+COMMANDS = {DEFAULT_NAME: DEFAULT, "tuning=none": [*DEFAULT, "tuning=none"]}
 #: Acceptance lines of issue 37.
 MAX_MEDIAN_S = 3.5
 MAX_RATIO = 1.15
@@ -100,14 +105,15 @@ def phases(timings: dict[str, float], wall: float) -> dict[str, float]:
             "outside_run": wall - timings["total"]}
 
 
-def measure(trees: dict[str, Path], runs: int, work: Path) -> tuple[list[dict], list[float]]:
+def measure(trees: dict[str, Path], runs: int, work: Path,
+            commands: dict[str, list[str]] = COMMANDS) -> tuple[list[dict], list[float]]:
     """Median figures per tree and command, all alternating run by run."""
-    samples = {(tree, name): [] for tree in trees for name in COMMANDS}
+    samples = {(tree, name): [] for tree in trees for name in commands}
     loads = [os.getloadavg()[0]]
     for i in range(runs):
         for (label, name), done in samples.items():
-            out = work / f"{label}-{name[:4]}-{i}"
-            done.append(run_once(COMMANDS[name], out, work, trees[label]))
+            out = work / f"{label}-{list(commands).index(name)}-{i}"
+            done.append(run_once(commands[name], out, work, trees[label]))
             loads.append(os.getloadavg()[0])
             print(label, name, {k: round(v, 3) for k, v in done[-1].items()}, flush=True)
     rows = []
@@ -142,22 +148,30 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--base", type=Path, default=None,
                         help="checkout of an earlier commit, measured alternately ('before')")
+    parser.add_argument("--variant", nargs="+", action="append", default=[],
+                        metavar=("LABEL", "KEY=VALUE"),
+                        help="the default run with these overrides, measured alongside")
+    parser.add_argument("--name", default="default-run", help="results file name")
     args = parser.parse_args()
+    commands = {**COMMANDS, **{f"auto, {label}": [*DEFAULT, *overrides]
+                               for label, *overrides in args.variant}}
     trees = {"before": args.base.resolve()} if args.base else {}
     trees["after" if args.base else "this"] = ROOT
     for tree in trees.values():  # no run pays for byte-compiling
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "fedkmeans")],
                        check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as tmp:
-        rows, loads = measure(trees, args.runs, Path(tmp))
-    write_csv(OUT / "default-run.csv", rows)
+        rows, loads = measure(trees, args.runs, Path(tmp), commands)
+    write_csv(OUT / f"{args.name}.csv", rows)
     label = "after" if args.base else "this"
-    auto = next(r for r in rows if r["tree"] == label and r["command"] != "tuning=none")
+    auto = next(r for r in rows if r["tree"] == label and r["command"] == DEFAULT_NAME)
     ratio = auto["ratio_to_none"]
     commits = ", ".join(f"*{name}* = {tree_commit(tree)}" for name, tree in trees.items())
     lines = [
         f"Measured by `python benchmarks/default_run.py --runs {args.runs}"
-        + (" --base <checkout>`" if args.base else "`")
+        + (" --base <checkout>" if args.base else "")
+        + "".join(f" --variant '{label}' {' '.join(o)}" for label, *o in args.variant)
+        + (f" --name {args.name}" if args.name != "default-run" else "") + "`"
         + f" ({commits}), on {os.cpu_count()} cores. The command (issue 37's default run):",
         "",
         "    python -m fedkmeans.experiment privacy.epsilon=3.13 optimal-cost=skip "
@@ -194,7 +208,10 @@ def main() -> None:
         f"{auto['tuning_simulation_s'] / auto['total_s']:.1%} of the default run's server "
         f"time, {auto['tuning_simulation_s'] / auto['median_s']:.1%} of its wall time",
     ]
-    (OUT / "default-run.md").write_text("\n".join(lines) + "\n")
+    lines += [f"- *{row['command']}*: {row['median_s']} s, {row['ratio_to_none']:.3f} x "
+              f"tuning=none ({row['cpu_ratio_to_none']:.3f} x in CPU time)"
+              for row in rows if row["tree"] == label and row["command"] not in COMMANDS]
+    (OUT / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
