@@ -16,6 +16,10 @@ alternate configuration by configuration, so both see the same load. The chosen
 setting and the number of simulations are checked to be the same on both trees (the
 release identity benchmark checks whole runs).
 
+*without_simulations_s* is the search on one thread with every simulated run replaced
+by the cost it returned in a recorded search (so the same candidates are visited):
+what the search costs besides its simulated protocol runs.
+
 Writes docs/results/tuning-search[-LABEL].{csv,md}.
 """
 
@@ -98,7 +102,48 @@ def _child(overrides: list[str], repeats: int) -> dict:
         out[f"{label}_s"] = statistics.median(times)
         out[f"{label}_simulations"] = simulations[0]
         out["chosen"] = f"T={best.privacy.lloyds_steps}, split={list(best.privacy.split)}"
+    out["without_simulations_s"] = _without_simulations(search, args, kwargs, repeats)
     return out
+
+
+def _without_simulations(search, args: tuple, kwargs: dict, repeats: int) -> float:
+    """The search on one thread with each simulated run replaced by its recorded cost.
+
+    One search records the costs its simulations return, in call order; the timed ones
+    get the same costs back in the same order without simulating, so they visit the
+    same candidates: what the search costs besides its simulated protocol runs (the
+    federations, the candidates' calibrations, the bookkeeping).
+    """
+    import time
+
+    import fedkmeans.tuning.search as search_module
+    from fedkmeans.clustering.scikit import thread_controller
+
+    simulate, costs = search_module.simulate_cost, []
+    if hasattr(search_module, "search_threads"):
+        search_module.search_threads = lambda: 1
+
+    def recorded(*a, **k):
+        costs.append(simulate(*a, **k))
+        return costs[-1]
+
+    def replayed(*a, **k):
+        return next(replay)
+
+    times = []
+    for i in range(repeats + 1):
+        search_module.simulate_cost = recorded if i == 0 else replayed
+        replay = iter(costs)
+        cold_caches()
+        record = {**args[6], "candidates": [], "why": {}}
+        with thread_controller().limit(limits=1):
+            start = time.perf_counter()
+            search(*args[:6], record, *args[7:], **kwargs)
+            times.append(time.perf_counter() - start)
+        if i > 0 and next(replay, None) is not None:
+            raise RuntimeError("the replayed search simulated fewer runs than recorded")
+    search_module.simulate_cost = simulate
+    return statistics.median(times[1:])
 
 
 def _measure(tree: Path, overrides: list[str], repeats: int) -> dict:
@@ -131,7 +176,8 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
     columns = ["configuration", "tree", "commit", "chosen", "threads", "one_thread_s",
-               "one_thread_simulations", "threads_s", "threads_simulations"]
+               "one_thread_simulations", "threads_s", "threads_simulations",
+               "without_simulations_s"]
     rows = [{c: (round(r[c], 4) if isinstance(r.get(c), float) else r.get(c, ""))
              for c in columns} for r in rows]
     stem = OUT / ("tuning-search" + (f"-{args.label}" if args.label else ""))
@@ -147,7 +193,10 @@ def main() -> None:
         "calibration caches; *one_thread_s* with the search on one thread, *threads_s* on "
         "the tree's search threads (empty: the tree has one); *_simulations*: the simulated "
         "protocol runs of one search (on the threads a challenger's second simulation "
-        "starts with its first, and runs even when the first loses).",
+        "starts with its first, and runs even when the first loses); *without_simulations_s*: "
+        "on one thread, each simulated run replaced by the cost it returned in a recorded "
+        "search (the same candidates visited): the search's cost besides its simulated "
+        "protocol runs.",
         "",
         *markdown_table(rows),
     ]
