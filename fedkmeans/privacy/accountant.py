@@ -263,8 +263,8 @@ def _merged_events(releases: Sequence[Release]) -> list[tuple[Any, int]]:
     one discretised PLD per Gaussian release and their convolutions, each of which
     rounds pessimistically: the merged epsilon is still a pessimistic bound of the
     same composition, with one rounding instead of one per release (tests: above the
-    exact analytic epsilon, below the unmerged composition by < 1e-4 relative). A Poisson-sampled group is not merged: its
-    amplification is per round.
+    exact analytic epsilon, below the unmerged composition by < 1e-4 relative). A
+    Poisson-sampled group is not merged: its amplification is per round.
     """
     import dp_accounting
 
