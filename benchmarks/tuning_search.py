@@ -57,11 +57,9 @@ CONFIGS = {
 
 def _child(overrides: list[str], repeats: int) -> dict:
     """In the tree's interpreter: the search's time on the inputs of one seeded run."""
-    import time
 
     import fedkmeans.tuning.resolve as resolve
     import fedkmeans.tuning.search as search_module
-    from fedkmeans.clustering.scikit import thread_controller
     from fedkmeans.experiment import run
 
     captured = {}
@@ -92,13 +90,9 @@ def _child(overrides: list[str], repeats: int) -> dict:
             search_module.search_threads = lambda count=count: count
         times = []
         for _ in range(repeats):
-            cold_caches()
-            record = {**args[6], "candidates": [], "why": {}}
             simulations[0] = 0
-            with thread_controller().limit(limits=1):  # as resolve_auto runs it
-                start = time.perf_counter()
-                best = search(*args[:6], record, *args[7:], **kwargs)
-                times.append(time.perf_counter() - start)
+            seconds, best = _timed_search(search, args, kwargs)
+            times.append(seconds)
         out[f"{label}_s"] = statistics.median(times)
         out[f"{label}_simulations"] = simulations[0]
         out["chosen"] = f"T={best.privacy.lloyds_steps}, split={list(best.privacy.split)}"
@@ -114,14 +108,11 @@ def _without_simulations(search, args: tuple, kwargs: dict, repeats: int) -> flo
     same candidates: what the search costs besides its simulated protocol runs (the
     federations, the candidates' calibrations, the bookkeeping).
     """
-    import time
-
     import fedkmeans.tuning.search as search_module
-    from fedkmeans.clustering.scikit import thread_controller
 
     simulate, costs = search_module.simulate_cost, []
-    if hasattr(search_module, "search_threads"):
-        search_module.search_threads = lambda: 1
+    threads = getattr(search_module, "search_threads", None)
+    search_module.search_threads = lambda: 1
 
     def recorded(*a, **k):
         costs.append(simulate(*a, **k))
@@ -134,16 +125,25 @@ def _without_simulations(search, args: tuple, kwargs: dict, repeats: int) -> flo
     for i in range(repeats + 1):
         search_module.simulate_cost = recorded if i == 0 else replayed
         replay = iter(costs)
-        cold_caches()
-        record = {**args[6], "candidates": [], "why": {}}
-        with thread_controller().limit(limits=1):
-            start = time.perf_counter()
-            search(*args[:6], record, *args[7:], **kwargs)
-            times.append(time.perf_counter() - start)
+        times.append(_timed_search(search, args, kwargs)[0])
         if i > 0 and next(replay, None) is not None:
             raise RuntimeError("the replayed search simulated fewer runs than recorded")
-    search_module.simulate_cost = simulate
+    search_module.simulate_cost, search_module.search_threads = simulate, threads
     return statistics.median(times[1:])
+
+
+def _timed_search(search, args: tuple, kwargs: dict) -> tuple[float, object]:
+    """One search on the kept inputs, cold caches, one BLAS thread: (seconds, choice)."""
+    import time
+
+    from fedkmeans.clustering.scikit import thread_controller
+
+    cold_caches()
+    record = {**args[6], "candidates": [], "why": {}}
+    with thread_controller().limit(limits=1):  # as resolve_auto runs it
+        start = time.perf_counter()
+        best = search(*args[:6], record, *args[7:], **kwargs)
+        return time.perf_counter() - start, best
 
 
 def _measure(tree: Path, overrides: list[str], repeats: int) -> dict:
