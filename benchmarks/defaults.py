@@ -3,6 +3,8 @@
     python benchmarks/defaults.py                  # every set, both levels, 5 seeds
     python benchmarks/defaults.py --sets digits20 --seeds 2 --epsilons 1 --workers 2
     python benchmarks/defaults.py --from-csv       # redraw docs/results/defaults.md
+    python benchmarks/defaults.py --levels datapoint --set privacy.lloyds-steps=0 \
+        --name defaults-t0                          # the defaults with one setting given
 
 Each set is ``dataset=<name>`` (its preset gives k and the server's data) plus nothing
 else: the estimate round, the simulation's choices and the final private choice are
@@ -25,6 +27,7 @@ import csv
 import math
 import multiprocessing
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -134,17 +137,19 @@ def jobs_for(args: argparse.Namespace, tmp: str) -> list[tuple]:
     for name in args.sets.split(","):
         if name == "mixture":
             for set_name, level, eps, _ in MIXTURE:
+                if level not in args.levels.split(","):
+                    continue
                 for seed in range(args.seeds):
-                    jobs.append((set_name, [f"dataset={set_name}"], level, eps, "defaults",
-                                 seed, f"{tmp}/{len(jobs)}"))
+                    jobs.append((set_name, [f"dataset={set_name}", *args.set], level, eps,
+                                 "defaults", seed, f"{tmp}/{len(jobs)}"))
             continue
         for level in args.levels.split(","):
             epsilons = ([float(e) for e in args.epsilons.split(",")] if args.epsilons
                         else EPSILONS[level])
             for eps in epsilons:
                 for seed in range(args.seeds):
-                    jobs.append((name, SETS[name], level, eps, "defaults", seed,
-                                 f"{tmp}/{len(jobs)}"))
+                    jobs.append((name, [*SETS[name], *args.set], level, eps, "defaults",
+                                 seed, f"{tmp}/{len(jobs)}"))
         for seed in range(args.seeds):  # no private round: one run serves every cell
             jobs.append((name, SETS[name], "datapoint", 1.0, "server", seed,
                          f"{tmp}/{len(jobs)}"))
@@ -235,6 +240,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--name", default="defaults")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides added to every private run (not the server-alone "
+                             "runs), e.g. to measure the defaults without a part of auto")
     parser.add_argument("--from-csv", action="store_true")
     args = parser.parse_args()
     path = OUT / f"{args.name}.csv"
@@ -247,10 +255,13 @@ def main() -> None:
         rows.sort(key=lambda r: (r["set"], r["setting"], r["level"], r["epsilon"], r["seed"]))
         write_csv(path, rows)
     lines = summarise(rows)
+    given = ("only the data set and its preset's k are given" if not args.set else
+             f"the data set, its preset's k and {', '.join(args.set)} are given")
+    command = " ".join(["python benchmarks/defaults.py", *sys.argv[1:]])
     (OUT / f"{args.name}.md").write_text(
-        "Measured by `python benchmarks/defaults.py` (secret noise, in-process, "
-        f"{args.workers} worker processes on 2 cores, delta = 1e-6; only the data set and "
-        "its preset's k are given). Cells: median cost / optimal over the seeds.\n\n"
+        f"Measured by `{command}` (secret noise, in-process, "
+        f"{args.workers} worker processes on 2 cores, delta = 1e-6; {given}). "
+        "Cells: median cost / optimal over the seeds.\n\n"
         + "\n".join(lines) + "\n")
     print("\n".join(lines))
 

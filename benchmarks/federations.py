@@ -82,7 +82,7 @@ def plan(args: argparse.Namespace, tmp: str) -> tuple[list[tuple], dict]:
             for level in args.levels.split(","):
                 for eps in args.epsilons:
                     for setting in ("protocol", "defaults"):
-                        jobs.append((name, data, level, eps, setting, seed,
+                        jobs.append((name, [*data, *args.set], level, eps, setting, seed,
                                      f"{tmp}/{len(jobs)}"))
     return jobs, known
 
@@ -293,6 +293,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true",
                         help="skip the runs already in <name>.partial.csv")
     parser.add_argument("--note", default="", help="a sentence added to the md's header")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides added to every private run (not the server-alone "
+                             "runs)")
     parser.add_argument("--preliminary", action="store_true",
                         help="label the md preliminary (implied by --quick)")
     parser.add_argument("--commit", default="",
