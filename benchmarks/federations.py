@@ -245,8 +245,10 @@ def header(args: argparse.Namespace, rows: list[dict], wall_s: float | None) -> 
     title = ("**PRELIMINARY** (a subset or one seed; the full benchmark's files are "
              "federations.{md,csv}). " if args.preliminary else "")
     how = "Redrawn from the csv by" if args.from_csv else "Measured by"
+    given = (f"the data file, k and {', '.join(args.set)} given" if args.set else
+             "only the data file and k given")
     return (f"{title}{how} `{command}` on commit {args.commit} (in-process, secret "
-            "noise, delta = 1e-6; only the data file and k given, tuning=auto). Cells: "
+            f"noise, delta = 1e-6; {given}, tuning=auto). Cells: "
             "cost / optimal on the pooled client data; median and max over the seeds "
             "(seed s = the federation's seed and the run's). `protocol`: "
             "privacy.check-share=0; `final`: the defaults; `final / server`: final median "
