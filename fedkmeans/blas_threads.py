@@ -10,9 +10,12 @@ time in its own process (:func:`running_alone`): there a node's products of a bl
 points against a set of centers (thousands of points at a time, the nearest-center
 assignments) get back the BLAS threads the process had (:func:`block_product_threads`),
 as the same product would outside a node. The per-client products keep one thread.
-Threads change no result: each point's product is the same bits on any number of them
-(tested for the shapes of the nodes' block products; the release identity benchmark checks
-whole runs).
+Threads change no nearest center (tested for the shapes of the nodes' block
+products). On some CPUs (OpenBLAS's SkylakeX kernels) a product split over threads
+differs in its last bits, so a value summed from distances (the final check's cost
+differences) can differ in its last bits between the in-process engine and Flower's on
+such a machine; on one engine and one machine a run is the same bits every time (the
+release identity benchmark checks whole runs).
 """
 
 from __future__ import annotations

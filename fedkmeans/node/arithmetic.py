@@ -9,8 +9,8 @@ the public transform and clipped to the data radius (:mod:`fedkmeans.node`); at
 client level each statistic is clipped here to its client bound
 (:func:`fedkmeans.stages.statistic_bounds`):
 
-* step 1 (:meth:`StageArithmetic.covariance_triangles`): a BLAS ``dsyrk`` per client
-  read straight into its upper-triangle row, each row clipped by the Frobenius norm of
+* step 1 (:meth:`StageArithmetic.covariance_triangles`): ``X^T X`` per client
+  (batched products of clients of one size) read into its upper-triangle row, each row clipped by the Frobenius norm of
   its full matrix;
 * steps 2-3, the Lloyds steps and the evaluation assign all asked clients' points at
   once, then split exact counts and in-order sums by client; at client level a
@@ -31,7 +31,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.linalg import blas
 
 from fedkmeans import data as data_access
 from fedkmeans.blas_threads import block_product_threads
@@ -67,13 +66,12 @@ class StageArithmetic:
     def covariance_triangles(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as it travels: upper triangles of ``sum_p p p^T``, shape (m, d(d+1)/2).
 
-        Each client's ``X^T X`` is a BLAS ``dsyrk`` (only the upper triangle: half the
-        flops of a product), read straight into the client's reply row, so no (d, d)
-        stack exists. At client level each triangle is clipped by the Frobenius norm of
+        Each client's ``X^T X`` (:meth:`raw_covariance_triangles`) is read into the
+        client's reply row. At client level each triangle is clipped by the Frobenius norm of
         its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
         A client whose row the estimate round kept (its points unchanged since,
         :attr:`~fedkmeans.node.memory.NodeMemory.reusable`) is not computed again: the
-        row is the same ``dsyrk`` of the same points, so the same bits.
+        row is the same product of the same points, so the same bits.
         """
         if not len(self.reusable):
             triangles = self.raw_covariance_triangles(clients)
@@ -90,24 +88,22 @@ class StageArithmetic:
         """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2).
 
         Clients of one size stored one after the other (:meth:`_equal_size_runs`) get
-        their matrices from one batched product, :data:`TRIANGLE_RUN` at a time; any
-        other client from a BLAS ``dsyrk``. Both sum each entry's products in the
-        points' order: the same bits (tested), the batched product about a quarter
-        faster for small clients.
+        their matrices from one batched :func:`numpy.matmul`, :data:`TRIANGLE_RUN` at a
+        time; any other client from the same call on a batch of one. NumPy multiplies
+        a batch matrix by matrix, with the same BLAS call for each, so a client's row
+        is the same bits whichever clients share its batch (tested): a node layout (one
+        client per node, or shards of many) never changes a release. A BLAS ``dsyrk``
+        of the same points differs from it in the last bits on some CPUs (OpenBLAS's
+        SkylakeX kernels), so it is not used beside it.
         """
         d = self.dim
         rows, cols = np.triu_indices(d)
         upper = cols * d + rows  # (i, j), i <= j, in a column-major (or symmetric) result
         out = np.zeros((len(clients), rows.size))
         for i, j, block in self._equal_size_runs(clients, TRIANGLE_RUN):
-            if not block.shape[1]:
-                continue
-            if j - i > 1:
+            if block.shape[1]:
                 second = np.matmul(block.transpose(0, 2, 1), block)
                 np.take(second.reshape(j - i, d * d), upper, axis=1, out=out[i:j])
-            else:
-                second_moment = blas.dsyrk(1.0, block[0], trans=1, lower=0)
-                np.take(second_moment.T.reshape(-1), upper, out=out[i])
         return out
 
     def clip_covariance_triangles(self, triangles: np.ndarray) -> np.ndarray:
