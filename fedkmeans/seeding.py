@@ -1,10 +1,17 @@
 """One root seed, one path per random draw.
 
-Every random choice of a run (data generation, client sampling, noise, k-means
-restarts) takes a :class:`numpy.random.Generator` built here from the root seed and a
-path of labels (run -> stage -> round -> ...). Two draws with different paths are
-independent streams; the same path always gives the same stream, whichever engine
-runs the experiment and in whichever process. The global RNG is never used.
+Every public random choice of a run (data generation, partitions, the simulation on
+the server's data, k-means restarts) takes a :class:`numpy.random.Generator` built here
+from the root seed and a path of labels (run -> stage -> round -> ...). Two draws with
+different paths are independent streams; the same path always gives the same stream,
+whichever engine runs the experiment and in whichever process. The global RNG is never
+used.
+
+The draws the privacy guarantee rests on (the noise, client sampling, SecAgg noise
+shares) do not come from here by default: they come from the operating system's secure
+source, fresh per run (:mod:`fedkmeans.privacy.randomness`). Only with
+``privacy.reproducible-noise = true``, an opt-in for tests and research that the run's
+output states, are they derived from the root seed through this module.
 """
 
 from __future__ import annotations
