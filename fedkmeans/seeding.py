@@ -11,7 +11,8 @@ The draws the privacy guarantee rests on (the noise, client sampling, SecAgg noi
 shares) do not come from here by default: they come from the operating system's secure
 source, fresh per run (:mod:`fedkmeans.privacy.randomness`). Only with
 ``privacy.reproducible-noise = true``, an opt-in for tests and research that the run's
-output states, are they derived from the root seed through this module.
+output states, are the server's noise and client sampling derived from the root seed
+through this module; a node's SecAgg noise shares always come from the secure source.
 """
 
 from __future__ import annotations
