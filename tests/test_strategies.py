@@ -52,7 +52,7 @@ def _grid(app) -> InProcessGrid:
 
 def _settings(flat: dict) -> dict:
     """The flat config's privacy and federation keys as a strategy's keyword arguments."""
-    skip = {"privacy.epsilon", "privacy.delta", "privacy.level"}
+    skip = {"privacy.epsilon", "privacy.delta", "privacy.level", "federation.engine"}
     return {key.split(".", 1)[1].replace("-", "_"): value for key, value in flat.items()
             if key.startswith(("privacy.", "federation.")) and key not in skip}
 
@@ -115,13 +115,22 @@ def test_the_non_private_evaluation_round_matches_the_experiment_s(tmp_path):
 
 def test_bad_settings_are_one_config_error_naming_the_key():
     q = np.zeros((20, 3))
-    with pytest.raises(ConfigError, match="'privacy.epsilon'"):
+    with pytest.raises(ConfigError, match="^epsilon must be"):
         FedDPKMeans(n_clusters=2, epsilon=-1.0, server_data=q)
     with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['lloyd_steps'\]"):
         FedDPKMeans(n_clusters=2, server_data=q, lloyd_steps=3)
-    with pytest.raises(ConfigError, match="'k' must be at most the number of server points "
-                                          r"\(20 in server_data\)"):
+    with pytest.raises(ConfigError, match="^n_clusters must be at most the number of server "
+                                          r"points \(20 in server_data\)"):
         FedDPKMeans(n_clusters=21, server_data=q)
+    with pytest.raises(ConfigError, match="^count_noise must be 'auto' or 'gaussian' when "
+                                          "aggregation = 'secagg'"):
+        FedDPKMeans(n_clusters=2, server_data=q, level="client", aggregation="secagg",
+                    count_noise="laplace")
+    with pytest.raises(ConfigError, match="^preprocessing must be one of 'center', "
+                                          "'standardize', 'none'"):
+        FedDPKMeans(n_clusters=2, server_data=q, preprocessing="minmax")
+    with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['center'\]"):
+        FedDPKMeans(n_clusters=2, server_data=q, center=False)  # preprocessing= says it
     with pytest.raises(ValueError, match="server_data"):
         FedDPKMeans(n_clusters=2, server_data=np.zeros(5))
     with pytest.raises(TypeError, match="abstract"):
@@ -139,10 +148,53 @@ def test_the_hooks_that_are_not_the_protocol_s_say_so():
     assert strategy.aggregate_evaluate(1, []) is None
     assert strategy.privacy_spent() == PrivacySpent(0.0, 1e-6, 0, strategy.privacy_spent()
                                                     .accounting_method)
-    assert FedDPKMeans(n_clusters=2, epsilon=float("inf"),
-                       server_data=np.zeros((20, 3))).privacy_spent() is None
+    spent = FedDPKMeans(n_clusters=2, epsilon=float("inf"),
+                        server_data=np.zeros((20, 3))).privacy_spent()
+    assert spent.epsilon == float("inf") and spent.num_releases == 0  # as documented
     with pytest.raises(ValueError, match="num_rounds must be left unset"):
         strategy.start(None, num_rounds=3)
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0"):
+        strategy.start(None, timeout=-1.0)
+
+
+def test_the_estimator_and_the_strategies_share_their_defaults():
+    import inspect
+
+    from fedkmeans.estimator import FedDPKMeans as Estimator
+
+    strategy = inspect.signature(KMeansStrategy.__init__).parameters
+    estimator = inspect.signature(Estimator.__init__).parameters
+    for name in ("n_clusters", "epsilon", "delta", "level"):
+        assert strategy[name].default == estimator[name].default, name
+    assert estimator["n_clusters"].default == 8  # scikit-learn's KMeans default
+    config = FedDPKMeans(server_data=np.zeros((20, 3))).config
+    for name in ("lloyds_steps", "data_radius", "max_points_per_client", "split"):
+        assert getattr(config.privacy, name) == estimator[name].default, name
+
+
+@pytest.mark.parametrize("key", ["engine", "num_cpus", "client_cpus", "node_cache_mb"])
+def test_a_harness_key_is_refused_in_one_line_not_ignored(key):
+    with pytest.raises(ConfigError, match=f"^{key} is not a strategy setting: .*"
+                                          "python -m fedkmeans.experiment") as err:
+        FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)), **{key: 1})
+    assert "\n" not in str(err.value)
+
+
+def test_start_s_timeout_is_each_round_s_timeout(monkeypatch):
+    seen = {}
+
+    def fake_run(grid, config, server_x, **kwargs):
+        seen["timeout"] = config.federation.round_timeout
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr("fedkmeans.strategies.base.run_protocol", fake_run)
+    strategy = FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)))
+    with pytest.raises(RuntimeError, match="stop"):
+        strategy.start(None, timeout=12.5)
+    assert seen["timeout"] == 12.5
+    with pytest.raises(RuntimeError, match="stop"):
+        strategy.start(None)
+    assert seen["timeout"] == strategy.config.federation.round_timeout == 600.0
 
 
 def test_a_node_reads_its_settings_from_the_request_and_sends_no_secret_seed():
