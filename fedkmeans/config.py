@@ -610,6 +610,30 @@ def check_server_points(config: ExperimentConfig, server_points: int, how: str =
                           f"server points minus {key_} ({server_points - value}), got {extra!r}")
 
 
+#: ``data.*`` keys every run reads, whatever its data set (the public transform).
+EVERY_RUN_DATA_KEYS = ("data.name", "data.center", "data.scale")
+
+
+def _check_data_keys_read(config: ExperimentConfig) -> None:
+    """Refuse a ``data.*`` key set away from its default that the data set never reads.
+
+    It would do nothing (``data.dim`` of a file run): one line naming it and the keys
+    that data set reads (:meth:`fedkmeans.data.catalog.Dataset.reads`).
+    """
+    flat = config.to_flat()
+    read = _spec(config).reads(flat)
+    if read is None:
+        return
+    defaults = ExperimentConfig().to_flat()
+    for key_ in flat:
+        if key_.startswith("data.") and key_ not in read and key_ not in EVERY_RUN_DATA_KEYS \
+                and flat[key_] != defaults[key_]:
+            raise ConfigError(
+                f"config key '{key_}' does nothing with data.name={config.data.name!r}, got "
+                f"{flat[key_]!r}: remove it (that data set reads "
+                f"{', '.join(read) or 'no data.* key but data.center and data.scale'})")
+
+
 def validate(config: ExperimentConfig) -> None:
     """Check every key's rules in declaration order; raise :class:`ConfigError` on the first.
 
@@ -618,6 +642,7 @@ def validate(config: ExperimentConfig) -> None:
     """
     check_keys(config, config)
     check_keys(config, config.data, "data.")
+    _check_data_keys_read(config)
     known = _spec(config).server_points(config)
     if known is not None:
         check_server_points(config, *known)
