@@ -8,7 +8,8 @@ A run's output holds two kinds of information that must not be confused:
   without secrets (without ``seed`` when the noise was derived from it, without the
   local ``output-dir``, only the ``data.*`` keys its data set reads, and a data file by
   its name: :func:`published_config`). Everything in it is a post-processing of the
-  noisy releases, of the server's own data, and of settings the user chose. This is the file to publish.
+  noisy releases, of the server's own data, and of settings the user chose. This is
+  the file to publish.
 * ``diagnostics.json`` -- **not private**: exact point and client counts, per-round
   timings, rejected replies (node ids, reasons), SecAgg participation, evaluation
   metrics computed on the clients' raw data, and the curious-server report. These
