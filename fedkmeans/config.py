@@ -345,7 +345,7 @@ class FederationConfig:
         lambda c: registered(ENGINES, "inprocess", c.federation.engine)))
     #: Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
     #: :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node per
-    #: generated client, capped at 100).
+    #: generated client, capped at 100; one node for a data file).
     num_nodes: int = key(0, at_least(0))
     #: Seconds the server waits for the replies of one round.
     round_timeout: float = key(600.0, positive("a float > 0"))

@@ -216,7 +216,7 @@ class FedDPKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
                      reproducible_noise=bool(self.reproducible_noise))
         # the config checks the name against the algorithm registry (one line naming it)
         cls = type("EstimatorStrategy", (KMeansStrategy,), {
-            "algorithm": str(self.algorithm), "caller_words": _WORDS})
+            "algorithm": str(self.algorithm), "caller_words": _WORDS, "console": False})
         return cls(self.n_clusters, self.epsilon, self.delta, self.level,
                    server_data=server_x, **extra)
 

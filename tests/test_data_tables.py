@@ -95,6 +95,14 @@ def test_a_data_file_runs_end_to_end(tmp_path, fmt, with_client, partitioner):
     assert result["metrics"]["accuracy"] is not None  # the labels were read, not features
     assert np.array(result["centers"]).shape == (K, 2)
     assert result["metrics"]["cost_ratio"] < 1.5
+    # release.json: this run's settings only, the file by its name (issue 50)
+    published = json.loads(Path(result["artefacts"]["release"]).read_text())["config"]
+    assert published["data.path"] == path.name and str(tmp_path) not in json.dumps(published)
+    mixture = {"data.dim", "data.components", "data.points-per-client", "data.variance",
+               "data.partition", "data.server-points-per-component",
+               "data.server-uniform-points", "data.holdout", "data.server-points"}
+    assert not mixture & set(published)
+    assert ("data.num-clients" in published) == (partitioner != "natural-id")
 
 
 def test_a_server_fraction_runs_and_its_rows_leave_the_clients(tmp_path):

@@ -216,7 +216,8 @@ def test_the_experiment_refuses_the_mounted_data_set_before_any_node_starts(tmp_
 
     with pytest.raises(ConfigError, match="'data.name' must name a data set the experiment "
                                           "can load; 'mounted'"):
-        preflight({**SMALL, "data.name": "mounted", "output-dir": str(tmp_path / "x")})
+        preflight({**{k: v for k, v in SMALL.items() if not k.startswith("data.")},
+                   "data.name": "mounted", "output-dir": str(tmp_path / "x")})
 
 
 def test_mount_refuses_points_that_are_not_a_federation_s():
@@ -342,3 +343,30 @@ def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
         flower_ledger(parse_config({}), PrivacyAccountant())
     with pytest.raises(ValueError, match="privacy.public-num-clients"):
         flower_ledger(parse_config({"privacy.level": "client"}), PrivacyAccountant())
+
+
+def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
+    """Through Flower's logger, as ``flwr run --stream`` streams it; the estimator is quiet."""
+    import logging
+
+    flat = {**SMALL, "privacy.reproducible-noise": True}
+    config = parse_config(flat)
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    flower = logging.getLogger("flwr")
+    handler = Lines()
+    flower.addHandler(handler)
+    try:
+        FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+                    **_settings(flat)).start(grid=_grid(_user_app(config)))
+    finally:
+        flower.removeHandler(handler)
+    progress = [line for line in lines if line.startswith("[progress] round ")]
+    assert progress and progress[-1].endswith(f"({len(progress)}/{len(progress)})")
+    summary = [line for line in lines if line.startswith("[summary] feddp-kmeans: returned ")]
+    assert len(summary) == 1 and "epsilon" in summary[0] and "wrote" not in summary[0]
+    assert any(line == "registered 3 nodes (d=8)" for line in lines)

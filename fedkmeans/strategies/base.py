@@ -44,6 +44,7 @@ from fedkmeans.artefacts import release_view
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.session import RunOutcome, run_protocol
+from fedkmeans.statements import clipping_summary, summary_line
 from fedkmeans.strategies.accounting import METHOD as ACCOUNTING_METHOD
 from fedkmeans.strategies.accounting import FlowerLedger, flower_ledger
 from fedkmeans.strategies.settings import build_config, server_points
@@ -125,6 +126,10 @@ class KMeansStrategy(Strategy):
     #: ``X_server`` for ``server_data``): :func:`~fedkmeans.strategies.settings.
     #: in_caller_words`.
     caller_words: dict[str, str] = {}
+    #: Stream the run's ``[progress]`` lines and its ``[summary]`` through Flower's
+    #: logger, as the experiment's ServerApp does (False: the estimator, which is quiet
+    #: as scikit-learn's estimators are).
+    console: bool = True
 
     def __init__(self, n_clusters: int | str = 8, epsilon: float = 1.0,
                  delta: float = 1e-6, level: str = "datapoint", *,
@@ -180,12 +185,18 @@ class KMeansStrategy(Strategy):
                 raise ValueError(f"{type(self).__name__}.start: {name} must be left unset "
                                  f"(the protocol's rounds decide it), got {value!r}")
         config = self.config if timeout is None else _with_timeout(self.config, timeout)
+        if self.console:
+            _through_flower()  # flwr run --stream shows Flower's logger, not ours
         LOG.info("Starting %s strategy", type(self).__name__)
         self.summary()
         outcome = run_protocol(grid, config, self.server_x, checkpoint=checkpoint,
                                observers=observers)
         self.outcome = outcome
-        return self._result(outcome, evaluate_fn, evaluate_clients)
+        result = self._result(outcome, evaluate_fn, evaluate_clients)
+        if self.console:  # the release's words only, as the experiment's summary line
+            LOG.info("%s", summary_line(result.release, clipping_summary(
+                self.config, outcome.config, outcome.context.estimates), None))
+        return result
 
     def _result(self, outcome: RunOutcome, evaluate_fn, evaluate_clients: bool) -> KMeansResult:
         arrays = ArrayRecord({"centers": Array(np.ascontiguousarray(outcome.centers))})
@@ -306,6 +317,23 @@ class KMeansStrategy(Strategy):
             raise RuntimeError(f"{type(self).__name__}: evaluate after start() (the "
                                "registered nodes and their settings come from the run)")
         return self.outcome.pool
+
+
+def _through_flower() -> None:
+    """Hand this package's log records to the ``flwr`` logger's handlers.
+
+    A ServerApp's own loggers are not streamed by ``flwr run --stream``; Flower's is.
+    The level is set to INFO unless the caller chose one. (The experiment's ServerApp
+    does the same with :func:`fedkmeans.flower_logging.log_through_flower`, which is
+    the harness's; a strategy is the library's.)
+    """
+    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)
+    for handler in flower.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = not flower.handlers
 
 
 def _with_timeout(config, timeout: float):
