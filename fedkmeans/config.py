@@ -386,15 +386,24 @@ class ExperimentConfig:
                      value=lambda c: AUTO))
     #: ``k = auto``: the largest k the elbow considers, and the dimension of the
     #: FedDP-Init subspace.
-    k_max: int = key(20, at_least(2, note=" (the elbow compares k = 1..k-max)"))
+    k_max: int = key(20, at_least(2, note=" (the elbow compares k = 1..k-max)"), when(
+        lambda c: not c.k_auto, Constraint(
+            lambda v: v == 20, "20 (its default) unless the number of clusters k is "
+            "'auto': it does nothing with a fixed k")))
     #: k-FED: clusters of each client's local k-means (0 = k).
-    kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"))
+    kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"), when(
+        lambda c: c.algorithm != "kfed", Constraint(
+            lambda v: v == 0, "0 (its default) unless algorithm is 'kfed': it does "
+            "nothing for another algorithm")))
     #: Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
     output_dir: str = key("", Constraint(
         lambda v: v == "" or v.startswith("/"),
         "an absolute path (relative paths resolve against the SuperLink's cwd) or ''"))
     #: Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
-    optimal_restarts: int = key(10, at_least(10))
+    optimal_restarts: int = key(10, at_least(10), when(
+        lambda c: c.optimal_cost == "skip", Constraint(
+            lambda v: v == 10, "10 (its default) with optimal-cost = 'skip': no optimum "
+            "is computed")))
     #: ``skip`` leaves ``metrics.optimal_cost`` null (the scale benchmarks; deployments,
     #: whose server cannot load the clients' data).
     optimal_cost: str = key("compute", one_of(("compute", "skip"), note=(
