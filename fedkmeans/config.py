@@ -392,7 +392,7 @@ class ExperimentConfig:
             "'auto': it does nothing with a fixed k")))
     #: k-FED: clusters of each client's local k-means (0 = k).
     kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"), when(
-        lambda c: c.algorithm != "kfed", Constraint(
+        lambda c: not ALGORITHMS[c.algorithm].local_k, Constraint(
             lambda v: v == 0, "0 (its default) unless algorithm is 'kfed': it does "
             "nothing for another algorithm")))
     #: Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).

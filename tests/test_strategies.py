@@ -9,6 +9,7 @@ bit for bit, on the same data.
 from __future__ import annotations
 
 import json
+import traceback
 
 import numpy as np
 import pytest
@@ -133,6 +134,10 @@ def test_bad_settings_are_one_config_error_naming_the_key():
         FedDPKMeans(n_clusters=2, server_data=q, center=False)  # preprocessing= says it
     with pytest.raises(ValueError, match="server_data"):
         FedDPKMeans(n_clusters=2, server_data=np.zeros(5))
+    secret = np.array([["1.0", "s3cr3t-Paris"], ["2.0", "3.0"]], dtype=object)
+    with pytest.raises(ValueError, match="^server_data must be numbers") as err:
+        FedDPKMeans(n_clusters=2, server_data=secret)
+    assert "s3cr3t" not in "".join(traceback.format_exception(err.value))
     with pytest.raises(TypeError, match="abstract"):
         KMeansStrategy(server_data=q)
 

@@ -100,8 +100,16 @@ def _preprocessing(value: Any) -> tuple[bool, bool]:
 
 
 def server_points(server_data: Any) -> np.ndarray:
-    """``server_data`` as a float64 array (m, d); ValueError naming ``server_data``."""
-    x = np.asarray(server_data, dtype=np.float64)
+    """``server_data`` as a float64 array (m, d); ValueError naming ``server_data``.
+
+    The error never quotes a value of the data (NumPy's own would: ``could not convert
+    string to float: '...'``).
+    """
+    try:
+        x = np.asarray(server_data, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("server_data must be numbers: a finite 2-D array (m, d); it holds "
+                         "a value that is not a number") from None
     if x.ndim != 2 or x.shape[0] == 0 or not np.isfinite(x).all():
         raise ValueError(f"server_data must be a finite 2-D array (m, d) with at least one "
                          f"row, got shape {x.shape}")
