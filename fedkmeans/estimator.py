@@ -22,6 +22,11 @@ What is private, and what is not (as diffprivlib and Google's DP library say of 
   True`` (tests, research) derives the noise from ``random_state`` and voids the
   guarantee against anyone who knows it.
 
+Inputs (:mod:`fedkmeans.estimator_inputs`): ``X_server`` is matched to ``X``'s columns by
+name; errors name the input and column, never a data value; centring and scaling come
+from ``X_server`` (``preprocessing=``), never from a scaler fitted on ``X`` before the
+estimator (neither private nor applied to ``X_server``: docs/estimator.md).
+
 scikit-learn's estimator checks that cannot apply as they stand are listed in
 :data:`CHECKS_THAT_CANNOT_APPLY` with the reason and what the tests do instead.
 """
