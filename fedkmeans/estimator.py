@@ -207,12 +207,18 @@ class FedDPKMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _strategy(self, server_x: np.ndarray):
         from fedkmeans.strategies.base import KMeansStrategy
+        from fedkmeans.strategies.settings import HARNESS_KEYS, SETTING_KEYS
 
         extra = dict(self.settings or {})
         clash = sorted(set(extra) & set(_OWN_SETTINGS))
         if clash:
             raise ConfigError(f"settings[{clash[0]!r}]: pass it as the parameter "
                               f"{_OWN_SETTINGS[clash[0]]}= of FedDPKMeans instead")
+        valid = [name for name in SETTING_KEYS if name not in _OWN_SETTINGS]
+        unknown = sorted(set(extra) - set(valid) - set(HARNESS_KEYS))
+        if unknown:
+            raise ConfigError(f"settings: unknown key(s) {unknown}; valid keys are "
+                              f"{', '.join(valid)} (and FedDPKMeans' own parameters)")
         extra.update(num_nodes=int(self.n_nodes), lloyds_steps=self.lloyds_steps,
                      data_radius=self.data_radius, split=self.split,
                      max_points_per_client=self.max_points_per_client,

@@ -103,8 +103,10 @@ def test_bad_input_is_one_error_naming_it_before_any_node_is_asked():
         FedDPKMeans(n_clusters=3, settings={"lloyds_steps": 2}).fit(X, groups=ids, X_server=Q)
     with pytest.raises(ConfigError, match="^engine is not a strategy setting"):
         FedDPKMeans(n_clusters=3, settings={"engine": "flower"}).fit(X, groups=ids, X_server=Q)
-    with pytest.raises(ConfigError, match="unknown strategy setting"):
+    with pytest.raises(ConfigError, match=r"^settings: unknown key\(s\) \['lloyd_steps'\]; "
+                                          "valid keys are ") as err:
         FedDPKMeans(n_clusters=3, settings={"lloyd_steps": 2}).fit(X, groups=ids, X_server=Q)
+    assert "random_state" not in str(err.value) and "lloyds_steps" not in str(err.value)
     with pytest.raises(ValueError, match=r"^FedDPKMeans.fit: X contains NaN in column\(s\) 0, "
                                          "1"):
         FedDPKMeans(n_clusters=3).fit(np.full((4, 2), np.nan), X_server=Q)
