@@ -4,10 +4,12 @@ A run's output holds two kinds of information that must not be confused:
 
 * ``release.json`` -- **covered by the privacy guarantee**: the centers, k, the
   privacy ledger (every release with its mechanism, sensitivity, noise scale and
-  sampling rate), the accountant's epsilon, and the configuration without secrets
-  (without ``seed`` when the noise was derived from it, and without the local
-  ``output-dir``). Everything in it is a post-processing of the noisy releases, of
-  the server's own data, and of settings the user chose. This is the file to publish.
+  sampling rate), the accountant's epsilon, and the settings that shaped this run
+  without secrets (without ``seed`` when the noise was derived from it, without the
+  local ``output-dir``, only the ``data.*`` keys its data set reads, and a data file by
+  its name: :func:`published_config`). Everything in it is a post-processing of the
+  noisy releases, of the server's own data, and of settings the user chose. This is
+  the file to publish.
 * ``diagnostics.json`` -- **not private**: exact point and client counts, per-round
   timings, rejected replies (node ids, reasons), SecAgg participation, evaluation
   metrics computed on the clients' raw data, and the curious-server report. These
@@ -85,7 +87,37 @@ def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, A
         if key == "privacy":
             value = {k: v for k, v in value.items() if k not in DIAGNOSTIC_PRIVACY_KEYS}
         if key == "config":
-            value = {k: v for k, v in value.items() if k not in private_config}
+            value = published_config({k: v for k, v in value.items()
+                                      if k not in private_config})
+        out[key] = value
+    return out
+
+
+#: Configuration keys that name a file: published as the file's name only (an absolute
+#: path says where the user keeps it, and nothing about the run).
+FILE_CONFIG_KEYS = ("data.path", "data.server-path")
+
+
+def published_config(flat: dict[str, Any]) -> dict[str, Any]:
+    """The settings that shaped this run: only the ``data.*`` keys its data set reads.
+
+    Keys of another data set (the mixture's ``data.dim`` in a file run) are left out,
+    and a file path is published as the file's name (:data:`FILE_CONFIG_KEYS`).
+    """
+    from fedkmeans.config import EVERY_RUN_DATA_KEYS
+    from fedkmeans.data.catalog import dataset
+
+    try:
+        read = dataset(str(flat.get("data.name", ""))).reads(flat)
+    except KeyError:
+        read = None
+    out = {}
+    for key, value in flat.items():
+        if key.startswith("data.") and read is not None and key not in read \
+                and key not in EVERY_RUN_DATA_KEYS:
+            continue
+        if key in FILE_CONFIG_KEYS and value:
+            value = Path(str(value)).name
         out[key] = value
     return out
 

@@ -345,7 +345,7 @@ class FederationConfig:
         lambda c: registered(ENGINES, "inprocess", c.federation.engine)))
     #: Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
     #: :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node per
-    #: generated client, capped at 100).
+    #: generated client, capped at 100; one node for a data file).
     num_nodes: int = key(0, at_least(0))
     #: Seconds the server waits for the replies of one round.
     round_timeout: float = key(600.0, positive("a float > 0"))
@@ -386,15 +386,24 @@ class ExperimentConfig:
                      value=lambda c: AUTO))
     #: ``k = auto``: the largest k the elbow considers, and the dimension of the
     #: FedDP-Init subspace.
-    k_max: int = key(20, at_least(2, note=" (the elbow compares k = 1..k-max)"))
+    k_max: int = key(20, at_least(2, note=" (the elbow compares k = 1..k-max)"), when(
+        lambda c: not c.k_auto, Constraint(
+            lambda v: v == 20, "20 (its default) unless the number of clusters k is "
+            "'auto': it does nothing with a fixed k")))
     #: k-FED: clusters of each client's local k-means (0 = k).
-    kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"))
+    kfed_local_k: int = key(0, at_least(0, note=" (0 = k)"), when(
+        lambda c: not ALGORITHMS[c.algorithm].local_k, Constraint(
+            lambda v: v == 0, "0 (its default) unless algorithm is 'kfed': it does "
+            "nothing for another algorithm")))
     #: Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
     output_dir: str = key("", Constraint(
         lambda v: v == "" or v.startswith("/"),
         "an absolute path (relative paths resolve against the SuperLink's cwd) or ''"))
     #: Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
-    optimal_restarts: int = key(10, at_least(10))
+    optimal_restarts: int = key(10, at_least(10), when(
+        lambda c: c.optimal_cost == "skip", Constraint(
+            lambda v: v == 10, "10 (its default) with optimal-cost = 'skip': no optimum "
+            "is computed")))
     #: ``skip`` leaves ``metrics.optimal_cost`` null (the scale benchmarks; deployments,
     #: whose server cannot load the clients' data).
     optimal_cost: str = key("compute", one_of(("compute", "skip"), note=(
@@ -610,6 +619,30 @@ def check_server_points(config: ExperimentConfig, server_points: int, how: str =
                           f"server points minus {key_} ({server_points - value}), got {extra!r}")
 
 
+#: ``data.*`` keys every run reads, whatever its data set (the public transform).
+EVERY_RUN_DATA_KEYS = ("data.name", "data.center", "data.scale")
+
+
+def _check_data_keys_read(config: ExperimentConfig) -> None:
+    """Refuse a ``data.*`` key set away from its default that the data set never reads.
+
+    It would do nothing (``data.dim`` of a file run): one line naming it and the keys
+    that data set reads (:meth:`fedkmeans.data.catalog.Dataset.reads`).
+    """
+    flat = config.to_flat()
+    read = _spec(config).reads(flat)
+    if read is None:
+        return
+    defaults = ExperimentConfig().to_flat()
+    for key_ in flat:
+        if key_.startswith("data.") and key_ not in read and key_ not in EVERY_RUN_DATA_KEYS \
+                and flat[key_] != defaults[key_]:
+            raise ConfigError(
+                f"config key '{key_}' does nothing with data.name={config.data.name!r}, got "
+                f"{flat[key_]!r}: remove it (that data set reads "
+                f"{', '.join(read) or 'no data.* key but data.center and data.scale'})")
+
+
 def validate(config: ExperimentConfig) -> None:
     """Check every key's rules in declaration order; raise :class:`ConfigError` on the first.
 
@@ -618,6 +651,7 @@ def validate(config: ExperimentConfig) -> None:
     """
     check_keys(config, config)
     check_keys(config, config.data, "data.")
+    _check_data_keys_read(config)
     known = _spec(config).server_points(config)
     if known is not None:
         check_server_points(config, *known)

@@ -109,13 +109,20 @@ def flatten(cfg: DictConfig | Mapping) -> dict[str, Any]:
 
 
 def num_nodes(config: ExperimentConfig) -> int:
-    """Simulated nodes: ``federation.num-nodes`` or one per client up to 100."""
+    """Simulated nodes: ``federation.num-nodes`` or one per generated client up to 100.
+
+    A data set whose number of clients is private gets the engine's default (one node
+    hosting them all), or 100 nodes under SecAgg in-process, which sums over several.
+    """
     if config.federation.num_nodes:
         return config.federation.num_nodes
     declared = dataset(config.data.name).declared_clients(config)
     if declared is not None:  # generated clients: one node each, up to the cap
         return min(declared, MAX_DEFAULT_NODES)
-    return min(engine(config.federation.engine).default_file_nodes, MAX_DEFAULT_NODES)
+    runner = engine(config.federation.engine)
+    if config.privacy.aggregation == "secagg" and not runner.separate_processes:
+        return MAX_DEFAULT_NODES  # as before: which of them host a client is private
+    return min(runner.default_file_nodes, MAX_DEFAULT_NODES)
 
 
 def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:

@@ -118,6 +118,11 @@ def centers_returned(result: dict[str, Any]) -> str:
     return str(result.get("algorithm", ""))
 
 
+#: The largest 95 % upper bound on the clipped share the summary states; above it the
+#: bound is noise, and the line says the share cannot be bounded usefully.
+INFORMATIVE_BOUND = 0.5
+
+
 def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
                      estimates: PrivateEstimates | None) -> str:
     """The run's clipping, for its summary line: at most what share of points is beyond Δ.
@@ -125,17 +130,18 @@ def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
     From the estimate round's release (post-processing): an upper bound that holds
     with probability at least 95 % (:meth:`~fedkmeans.tuning.estimates.PrivateEstimates.
     outside_upper_bound`), so the line never under-states the clipping but with that
-    probability; '' without a release, and "cannot be bounded" when the release's
-    noise hides the total. Says what to set when a declared radius may clip more than
-    5 % of the points.
+    probability; '' without a release, and "cannot be bounded usefully" when the
+    release's noise hides the total or the bound exceeds :data:`INFORMATIVE_BOUND` (a
+    bound of 100 % says nothing and alarms). Says what to set when a declared radius
+    may clip more than 5 % of the points.
     """
     if estimates is None:
         return ""
     radius = float(config.privacy.data_radius)
     bound = estimates.outside_upper_bound(radius)
-    if bound is None:
+    if bound is None or bound > INFORMATIVE_BOUND:
         return (f"; the share of points outside privacy.data-radius = {radius:.4g} cannot "
-                f"be bounded at the estimate round's noise")
+                f"be bounded usefully at this epsilon (the estimate round's noise)")
     hint = ("; set privacy.data-radius=auto to estimate it"
             if "data_radius" not in declared.privacy.auto_keys and bound > 0.05 else "")
     return (f"; at most {100 * bound:.1f}% of the points (95% private upper bound) lie "
@@ -147,12 +153,13 @@ def summary_line(result: dict[str, Any], clipping: str, path: object) -> str:
 
     Only ``release.json``'s fields (``centers_from``, the ledger's epsilon, the target)
     and ``clipping`` (:func:`clipping_summary`); the costs on the raw data are in
-    ``diagnostics.json``.
+    ``diagnostics.json``. ``path`` None: a strategy's run, which writes no file.
     """
     privacy = result["privacy"]
+    wrote = "" if path is None else f"; wrote {path}"
     return (f"[summary] {result['algorithm']}: returned {result['centers_from']}; "
             f"epsilon {_number(privacy['epsilon'])} of {_number(privacy['target_epsilon'])} "
-            f"(delta {privacy['delta']:g}){clipping}; wrote {path}")
+            f"(delta {privacy['delta']:g}){clipping}{wrote}")
 
 
 def _number(value: float | str) -> str:

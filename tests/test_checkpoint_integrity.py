@@ -47,7 +47,8 @@ def _write_data(path, seed):
 
 def _npz_config(small_config, tmp_path):
     path = _write_data(tmp_path / "federation.npz", seed=1)
-    return {**small_config, "data.name": "npz", "data.path": str(path)}
+    mixture = {k: v for k, v in small_config.items() if not k.startswith("data.")}
+    return {**mixture, "data.name": "npz", "data.path": str(path)}
 
 
 def _partial_checkpoint(flat):

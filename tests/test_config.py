@@ -275,3 +275,20 @@ def test_the_configuration_page_lists_every_built_in_dataset_option():
         if type(spec).__module__.startswith("fedkmeans."):  # not a test's own data set
             for option in spec.options():
                 assert f"`{option}`" in row, option
+
+
+@pytest.mark.parametrize("flat, key", [
+    ({"k-max": 15}, "k-max"),
+    ({"kfed-local-k": 3}, "kfed-local-k"),
+    ({"optimal-restarts": 20, "optimal-cost": "skip"}, "optimal-restarts"),
+    ({"data.name": "digits", "data.holdout": "minority=0.2", "data.dim": 5}, "data.dim"),
+])
+def test_a_key_that_would_do_nothing_is_refused_not_ignored(flat, key):
+    with pytest.raises(ConfigError, match=f"^config key '{key}' .*does nothing|^config key "
+                                          f"'{key}' must be .* no optimum is computed"):
+        parse_config(flat)
+    # where it is read, the same value is accepted
+    read = {"k-max": {"k": "auto"}, "kfed-local-k": {"algorithm": "kfed"},
+            "optimal-restarts": {"optimal-cost": "compute"},
+            "data.dim": {"data.name": "mixture", "data.holdout": ""}}
+    parse_config({**flat, **read[key]})

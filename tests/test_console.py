@@ -94,14 +94,15 @@ def _masked(lines: list[str], out: Path) -> list[str]:
         # resumed run names are left out
         if re.search(r"\[progress\] round lloyds-\d+ ", line):
             continue
-        line = re.sub(r" \(\d+/[\d?]+\)$", "", line)
+        line = re.sub(r" \(\d+(/\d+)?\)$", "", line)
         line = re.sub(r", lloyds-\d+", "", line)  # a resumed run's list of rounds done
         line = line.replace(str(out), "<out>").replace(release["centers_from"], "<centers>")
         line = re.sub(r"epsilon \S+ of", "epsilon <spent> of", line)
         # the estimate round's noisy share beyond the radius (or that it cannot be bounded)
         line = re.sub(r"; (at most \S+% of the points \(95% private upper bound\) lie "
                       r"outside|the share of points outside) privacy.data-radius = [^;\s]+"
-                      r"( cannot be bounded at the estimate round's noise)?",
+                      r"( cannot be bounded usefully at this epsilon \(the estimate "
+                      r"round's noise\))?",
                       "; <clipping>", line)
         masked.append(re.sub(r"node \d+", "node <id>", line))  # ids of the infrastructure
     return masked

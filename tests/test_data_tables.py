@@ -19,7 +19,13 @@ from fedkmeans.experiment import run
 ROWS, CLIENTS, K = 600, 20, 3
 #: A small run: 3 well-separated clusters in 2-D, 2 nodes, a budget that finds them.
 RUN = ["dataset=npz", f"k={K}", "privacy.epsilon=4", "privacy.data-radius=8",
-       "federation.num-nodes=2", "data.num-clients=8"]
+       "federation.num-nodes=2"]
+
+
+def _split(partitioner: str) -> list[str]:
+    """The partitioner and, for iid/dirichlet, its number of clients (natural-id has its own)."""
+    return [f"partitioner={partitioner}"] + (
+        [] if partitioner == "natural-id" else ["data.num-clients=8"])
 
 
 def _frame(seed: int = 1, rows: int = ROWS) -> pd.DataFrame:
@@ -79,7 +85,7 @@ CASES = [(True, "natural-id"), (True, "iid"), (True, "dirichlet"), (False, "iid"
 def test_a_data_file_runs_end_to_end(tmp_path, fmt, with_client, partitioner):
     path, server = _files(tmp_path, fmt, with_client)
     before = {p: _digest(p) for p in tmp_path.iterdir()}
-    result = run([*RUN, f"data.path={path}", *server, f"partitioner={partitioner}",
+    result = run([*RUN, f"data.path={path}", *server, *_split(partitioner),
                   f"output-dir={tmp_path / 'out'}"])
     assert {p: _digest(p) for p in before} == before  # the user's files are only read
     assert result["config"]["data.partitioner"] == partitioner
@@ -89,6 +95,14 @@ def test_a_data_file_runs_end_to_end(tmp_path, fmt, with_client, partitioner):
     assert result["metrics"]["accuracy"] is not None  # the labels were read, not features
     assert np.array(result["centers"]).shape == (K, 2)
     assert result["metrics"]["cost_ratio"] < 1.5
+    # release.json: this run's settings only, the file by its name (issue 50)
+    published = json.loads(Path(result["artefacts"]["release"]).read_text())["config"]
+    assert published["data.path"] == path.name and str(tmp_path) not in json.dumps(published)
+    mixture = {"data.dim", "data.components", "data.points-per-client", "data.variance",
+               "data.partition", "data.server-points-per-component",
+               "data.server-uniform-points", "data.holdout", "data.server-points"}
+    assert not mixture & set(published)
+    assert ("data.num-clients" in published) == (partitioner != "natural-id")
 
 
 def test_a_server_fraction_runs_and_its_rows_leave_the_clients(tmp_path):
@@ -446,7 +460,16 @@ def test_malformed_values_are_counted_never_printed(tmp_path):
 def test_dirichlet_on_a_table_needs_its_label_column(tmp_path):
     path = _write(_frame(), tmp_path / "data.csv")
     with pytest.raises(ConfigError, match="data.label-column"):
-        run([*RUN, f"data.path={path}", SERVER, "partitioner=dirichlet"])
+        run([*RUN, f"data.path={path}", SERVER, *_split("dirichlet")])
+
+
+def test_a_key_of_another_data_set_is_refused_not_ignored(tmp_path):
+    path = _write(_frame(), tmp_path / "data.csv")
+    with pytest.raises(ConfigError, match=r"^config key 'data.dim' does nothing with "
+                                          r"data.name='file', got 5: remove it"):
+        run([*RUN, f"data.path={path}", SERVER, "data.dim=5"])
+    with pytest.raises(ConfigError, match="^config key 'data.num-clients' does nothing"):
+        run([*RUN, f"data.path={path}", SERVER, "data.num-clients=8"])  # natural-id
 
 
 def test_a_partitioner_needs_a_data_file():
@@ -467,7 +490,7 @@ def test_a_data_file_on_the_flower_engine(tmp_path, fmt, with_client, partitione
     """`flwr run` on Ray: every SuperNode splits the file alike (same bits as in-process)."""
     path, server = _files(tmp_path, fmt, with_client)
     before = {p: _digest(p) for p in tmp_path.iterdir()}
-    common = [*RUN, f"data.path={path}", *server, f"partitioner={partitioner}",
+    common = [*RUN, f"data.path={path}", *server, *_split(partitioner),
               "privacy.reproducible-noise=true"]
     flower = run([*common, "federation.engine=flower", f"output-dir={tmp_path / 'flower'}"])
     inprocess = run([*common, f"output-dir={tmp_path / 'inprocess'}"])

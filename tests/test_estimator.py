@@ -66,16 +66,18 @@ def test_reproducible_noise_gives_the_experiment_path_s_centers_and_ledger(level
 
 
 def test_parameters_live_in_init_and_clone_and_grid_search_use_them():
-    est = FedDPKMeans(n_clusters=3, epsilon=2.0, settings={"lloyds_steps": 1})
+    est = FedDPKMeans(n_clusters=3, epsilon=2.0, lloyds_steps=1)
     assert est.get_params()["epsilon"] == 2.0
     copy = clone(est).set_params(epsilon=0.5)
     assert copy.epsilon == 0.5 and est.epsilon == 2.0
     assert not hasattr(copy, "cluster_centers_")
     X, ids, Q = _federation(seed=2, n=1200, clients=12)
     search = GridSearchCV(FedDPKMeans(n_clusters=3, random_state=0),
-                          {"epsilon": [0.5, 2.0]}, cv=GroupKFold(n_splits=2))
+                          {"epsilon": [0.5, 2.0], "lloyds_steps": [0, 1]},
+                          cv=GroupKFold(n_splits=2))
     search.fit(X, groups=ids, X_server=Q)
     assert search.best_params_["epsilon"] in (0.5, 2.0)
+    assert search.best_estimator_.n_iter_ == search.best_params_["lloyds_steps"]
     assert search.best_estimator_.cluster_centers_.shape == (3, 2)
 
 
@@ -87,14 +89,32 @@ def test_bad_input_is_one_error_naming_it_before_any_node_is_asked():
         FedDPKMeans(n_clusters=3).fit(X, groups=ids, X_server=np.zeros((10, 3)))
     with pytest.raises(ValueError, match=r"groups must have one client id per row of X"):
         FedDPKMeans(n_clusters=3).fit(X, groups=ids[:-1], X_server=Q)
-    with pytest.raises(ValueError, match="groups must be integer client ids"):
-        FedDPKMeans(n_clusters=3).fit(X, groups=ids + 0.5, X_server=Q)
-    with pytest.raises(ConfigError, match="'privacy.epsilon'"):
+    with pytest.raises(ValueError, match="groups must be non-negative integer client ids"):
+        FedDPKMeans(n_clusters=3).fit(X, groups=ids - 1, X_server=Q)
+    with pytest.raises(ConfigError, match="^epsilon must be"):
         FedDPKMeans(n_clusters=3, epsilon=-1.0).fit(X, groups=ids, X_server=Q)
-    with pytest.raises(ConfigError, match="unknown strategy setting"):
+    with pytest.raises(ConfigError, match=r"^n_clusters must be at most the number of server "
+                                          r"points \(60 in X_server\), got 100"):
+        FedDPKMeans(n_clusters=100).fit(X, groups=ids, X_server=Q)
+    with pytest.raises(ConfigError, match="^random_state must be an integer >= 0"):
+        FedDPKMeans(n_clusters=3, random_state=-2).fit(X, groups=ids, X_server=Q)
+    with pytest.raises(ConfigError, match=r"^settings\['lloyds_steps'\]: pass it as the "
+                                          "parameter lloyds_steps="):
+        FedDPKMeans(n_clusters=3, settings={"lloyds_steps": 2}).fit(X, groups=ids, X_server=Q)
+    with pytest.raises(ConfigError, match="^engine is not a strategy setting"):
+        FedDPKMeans(n_clusters=3, settings={"engine": "flower"}).fit(X, groups=ids, X_server=Q)
+    with pytest.raises(ConfigError, match=r"^settings: unknown key\(s\) \['lloyd_steps'\]; "
+                                          "valid keys are ") as err:
         FedDPKMeans(n_clusters=3, settings={"lloyd_steps": 2}).fit(X, groups=ids, X_server=Q)
-    with pytest.raises(ValueError, match="NaN|infinity"):
+    assert "random_state" not in str(err.value) and "lloyds_steps" not in str(err.value)
+    with pytest.raises(ValueError, match=r"^FedDPKMeans.fit: X contains NaN in column\(s\) 0, "
+                                         "1"):
         FedDPKMeans(n_clusters=3).fit(np.full((4, 2), np.nan), X_server=Q)
+    bad_q = Q.copy()
+    bad_q[5, 1] = np.inf
+    with pytest.raises(ValueError, match=r"^FedDPKMeans.fit: X_server contains infinity \(inf\) "
+                                         r"in column\(s\) 1:"):
+        FedDPKMeans(n_clusters=3).fit(X, groups=ids, X_server=bad_q)
 
 
 def test_predict_before_fit_is_sklearn_s_not_fitted_error():

@@ -9,6 +9,7 @@ bit for bit, on the same data.
 from __future__ import annotations
 
 import json
+import traceback
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def _grid(app) -> InProcessGrid:
 
 def _settings(flat: dict) -> dict:
     """The flat config's privacy and federation keys as a strategy's keyword arguments."""
-    skip = {"privacy.epsilon", "privacy.delta", "privacy.level"}
+    skip = {"privacy.epsilon", "privacy.delta", "privacy.level", "federation.engine"}
     return {key.split(".", 1)[1].replace("-", "_"): value for key, value in flat.items()
             if key.startswith(("privacy.", "federation.")) and key not in skip}
 
@@ -115,15 +116,28 @@ def test_the_non_private_evaluation_round_matches_the_experiment_s(tmp_path):
 
 def test_bad_settings_are_one_config_error_naming_the_key():
     q = np.zeros((20, 3))
-    with pytest.raises(ConfigError, match="'privacy.epsilon'"):
+    with pytest.raises(ConfigError, match="^epsilon must be"):
         FedDPKMeans(n_clusters=2, epsilon=-1.0, server_data=q)
     with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['lloyd_steps'\]"):
         FedDPKMeans(n_clusters=2, server_data=q, lloyd_steps=3)
-    with pytest.raises(ConfigError, match="'k' must be at most the number of server points "
-                                          r"\(20 in server_data\)"):
+    with pytest.raises(ConfigError, match="^n_clusters must be at most the number of server "
+                                          r"points \(20 in server_data\)"):
         FedDPKMeans(n_clusters=21, server_data=q)
+    with pytest.raises(ConfigError, match="^count_noise must be 'auto' or 'gaussian' when "
+                                          "aggregation = 'secagg'"):
+        FedDPKMeans(n_clusters=2, server_data=q, level="client", aggregation="secagg",
+                    count_noise="laplace")
+    with pytest.raises(ConfigError, match="^preprocessing must be one of 'center', "
+                                          "'standardize', 'none'"):
+        FedDPKMeans(n_clusters=2, server_data=q, preprocessing="minmax")
+    with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['center'\]"):
+        FedDPKMeans(n_clusters=2, server_data=q, center=False)  # preprocessing= says it
     with pytest.raises(ValueError, match="server_data"):
         FedDPKMeans(n_clusters=2, server_data=np.zeros(5))
+    secret = np.array([["1.0", "s3cr3t-Paris"], ["2.0", "3.0"]], dtype=object)
+    with pytest.raises(ValueError, match="^server_data must be numbers") as err:
+        FedDPKMeans(n_clusters=2, server_data=secret)
+    assert "s3cr3t" not in "".join(traceback.format_exception(err.value))
     with pytest.raises(TypeError, match="abstract"):
         KMeansStrategy(server_data=q)
 
@@ -139,10 +153,53 @@ def test_the_hooks_that_are_not_the_protocol_s_say_so():
     assert strategy.aggregate_evaluate(1, []) is None
     assert strategy.privacy_spent() == PrivacySpent(0.0, 1e-6, 0, strategy.privacy_spent()
                                                     .accounting_method)
-    assert FedDPKMeans(n_clusters=2, epsilon=float("inf"),
-                       server_data=np.zeros((20, 3))).privacy_spent() is None
+    spent = FedDPKMeans(n_clusters=2, epsilon=float("inf"),
+                        server_data=np.zeros((20, 3))).privacy_spent()
+    assert spent.epsilon == float("inf") and spent.num_releases == 0  # as documented
     with pytest.raises(ValueError, match="num_rounds must be left unset"):
         strategy.start(None, num_rounds=3)
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0"):
+        strategy.start(None, timeout=-1.0)
+
+
+def test_the_estimator_and_the_strategies_share_their_defaults():
+    import inspect
+
+    from fedkmeans.estimator import FedDPKMeans as Estimator
+
+    strategy = inspect.signature(KMeansStrategy.__init__).parameters
+    estimator = inspect.signature(Estimator.__init__).parameters
+    for name in ("n_clusters", "epsilon", "delta", "level"):
+        assert strategy[name].default == estimator[name].default, name
+    assert estimator["n_clusters"].default == 8  # scikit-learn's KMeans default
+    config = FedDPKMeans(server_data=np.zeros((20, 3))).config
+    for name in ("lloyds_steps", "data_radius", "max_points_per_client", "split"):
+        assert getattr(config.privacy, name) == estimator[name].default, name
+
+
+@pytest.mark.parametrize("key", ["engine", "num_cpus", "client_cpus", "node_cache_mb"])
+def test_a_harness_key_is_refused_in_one_line_not_ignored(key):
+    with pytest.raises(ConfigError, match=f"^{key} is not a strategy setting: .*"
+                                          "python -m fedkmeans.experiment") as err:
+        FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)), **{key: 1})
+    assert "\n" not in str(err.value)
+
+
+def test_start_s_timeout_is_each_round_s_timeout(monkeypatch):
+    seen = {}
+
+    def fake_run(grid, config, server_x, **kwargs):
+        seen["timeout"] = config.federation.round_timeout
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr("fedkmeans.strategies.base.run_protocol", fake_run)
+    strategy = FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)))
+    with pytest.raises(RuntimeError, match="stop"):
+        strategy.start(None, timeout=12.5)
+    assert seen["timeout"] == 12.5
+    with pytest.raises(RuntimeError, match="stop"):
+        strategy.start(None)
+    assert seen["timeout"] == strategy.config.federation.round_timeout == 600.0
 
 
 def test_a_node_reads_its_settings_from_the_request_and_sends_no_secret_seed():
@@ -164,7 +221,8 @@ def test_the_experiment_refuses_the_mounted_data_set_before_any_node_starts(tmp_
 
     with pytest.raises(ConfigError, match="'data.name' must name a data set the experiment "
                                           "can load; 'mounted'"):
-        preflight({**SMALL, "data.name": "mounted", "output-dir": str(tmp_path / "x")})
+        preflight({**{k: v for k, v in SMALL.items() if not k.startswith("data.")},
+                   "data.name": "mounted", "output-dir": str(tmp_path / "x")})
 
 
 def test_mount_refuses_points_that_are_not_a_federation_s():
@@ -290,3 +348,30 @@ def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
         flower_ledger(parse_config({}), PrivacyAccountant())
     with pytest.raises(ValueError, match="privacy.public-num-clients"):
         flower_ledger(parse_config({"privacy.level": "client"}), PrivacyAccountant())
+
+
+def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
+    """Through Flower's logger, as ``flwr run --stream`` streams it; the estimator is quiet."""
+    import logging
+
+    flat = {**SMALL, "privacy.reproducible-noise": True}
+    config = parse_config(flat)
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    flower = logging.getLogger("flwr")
+    handler = Lines()
+    flower.addHandler(handler)
+    try:
+        FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+                    **_settings(flat)).start(grid=_grid(_user_app(config)))
+    finally:
+        flower.removeHandler(handler)
+    progress = [line for line in lines if line.startswith("[progress] round ")]
+    assert progress and progress[-1].endswith(f"({len(progress)}/{len(progress)})")
+    summary = [line for line in lines if line.startswith("[summary] feddp-kmeans: returned ")]
+    assert len(summary) == 1 and "epsilon" in summary[0] and "wrote" not in summary[0]
+    assert any(line == "registered 3 nodes (d=8)" for line in lines)

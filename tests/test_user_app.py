@@ -100,3 +100,7 @@ def test_the_user_app_runs_under_flwr_run_with_the_curious_server(tmp_path):
     # d = 2 <= k: no subspace round (init-1); the estimate round and the check are observed
     assert {"estimate", "init-2", "init-3", "check"} <= set(curious["observed_rounds"])
     assert curious["ground_truth"].startswith("unavailable")
+    # the user's own app streams the strategy's console lines, as an experiment's
+    streamed = proc.stdout + proc.stderr
+    assert "[progress] round check done" in streamed, streamed[-3000:]
+    assert "[summary] feddp-kmeans: returned " in streamed, streamed[-3000:]

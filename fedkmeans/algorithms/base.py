@@ -63,6 +63,8 @@ class Algorithm:
         by :mod:`fedkmeans.tuning`).
     spare_centers : bool
         Takes ``privacy.extra-centers`` (FedDP-Init's spare centers).
+    local_k : bool
+        Its clients run a local k-means of ``kfed-local-k`` clusters (k-FED).
     summary : str
         One line for listings (the report, the docs).
     """
@@ -76,6 +78,7 @@ class Algorithm:
     final_choice: bool = False
     tunable_split: bool = False
     spare_centers: bool = False
+    local_k: bool = False
     summary: str = ""
 
     def ends_with_final_choice(self, privacy: PrivacyConfig) -> bool:

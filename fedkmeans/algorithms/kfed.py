@@ -14,5 +14,6 @@ from fedkmeans.stages.kfed import LOCAL_CENTERS, cluster_local_centers
 
 KFED = register_algorithm(Algorithm(
     "kfed", initialise=cluster_local_centers, init=(LOCAL_CENTERS,), private=False,
+    local_k=True,
     summary="k-FED: cluster the union of the clients' local k-means centers (non-private)",
 ))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import numpy as np
@@ -262,7 +263,8 @@ def merge_centers(
     return kmeans(centers[keep], k, seed=seed, sample_weight=weights[keep])
 
 
-def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int) -> np.ndarray:
+def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int, *,
+                   warn: Callable[[str], None] | None = None) -> np.ndarray:
     """Noisy server-point weights made valid for weighted k-means (post-processing).
 
     Weights below ``min_weight`` (and negative ones) become 0; if fewer than
@@ -274,6 +276,9 @@ def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int) ->
     weights : ndarray of shape (m,)
     min_weight : float
     min_positive : int
+    warn : callable, optional
+        Says the fallback (default: this module's logger, every time); a run passes
+        its own, which says it once per run.
 
     Returns
     -------
@@ -283,10 +288,9 @@ def usable_weights(weights: np.ndarray, min_weight: float, min_positive: int) ->
     w = np.asarray(weights, dtype=np.float64)
     w = np.clip(np.where(w >= max(min_weight, 0.0), w, 0.0), 0.0, None)
     if np.count_nonzero(w) < min_positive:
-        LOG.warning(
-            "step 2: only %d server points have positive noisy weight (< %d); "
-            "falling back to uniform weights", np.count_nonzero(w), min_positive,
-        )
+        (warn or LOG.warning)(
+            f"step 2: only {np.count_nonzero(w)} server points have positive noisy weight "
+            f"(< {min_positive}); falling back to uniform weights")
         w = np.ones_like(w)
     return w
 

@@ -216,6 +216,16 @@ class Dataset:
                                                if k.startswith("data.")},
                 "seed": config.seed}
 
+    def reads(self, flat: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The flat ``data.*`` keys this data set reads under the run's ``flat`` keys.
+
+        Besides ``data.name``, ``data.center`` and ``data.scale``, which every run reads.
+        The config refuses a key outside them that is set away from its default (it would
+        do nothing), and ``release.json`` publishes only these. None (the default, for a
+        data set that does not say): every ``data.*`` key.
+        """
+        return None
+
     def files(self, config: RunConfig) -> list[Path]:
         """The files the data is read from (the checkpoint's data fingerprint)."""
         return []

@@ -79,6 +79,15 @@ class DataFile(Dataset):
 
     partitioners: tuple[str, ...] = PARTITIONERS
 
+    def reads(self, flat: Mapping[str, Any]) -> tuple[str, ...]:
+        """The file, its server rows, its columns, and the partitioner's own keys."""
+        keys = ("data.path", "data.server-path", "data.server-fraction", "data.partitioner",
+                "data.label-column", "data.features", "data.delimiter")
+        partitioner = flat.get("data.partitioner", "natural-id")
+        return keys + {"natural-id": ("data.client-column",), "iid": ("data.num-clients",),
+                       "dirichlet": ("data.num-clients", "data.dirichlet-alpha")
+                       }.get(partitioner, ())
+
     def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """The file's client ids."""
         return _file(config, node_data_path).client_ids().astype(np.int64)

@@ -42,6 +42,10 @@ class MountedData(Dataset):
         raise ConfigError(f"config key 'data.name' = 'mounted' means {_WHERE}; "
                           "the server's data is the strategy's server_data argument")
 
+    def reads(self, flat: Mapping[str, Any]) -> tuple[str, ...]:
+        """No ``data.*`` key: the nodes load their own points."""
+        return ()
+
     def pooled(self, config: RunConfig) -> Points | None:
         """The server cannot see the clients' points (no optimal cost)."""
         return None

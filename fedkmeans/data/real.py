@@ -8,7 +8,7 @@ once per process and the federation cached, so a node reads only its clients' ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -38,6 +38,11 @@ class RealDataset(Dataset):
     load_columns: Callable[[], dict[str, np.ndarray]] | None = None
     build: Callable[..., Federation] | None = None
     whole_table: bool = True
+
+    def reads(self, flat: Mapping[str, Any]) -> tuple[str, ...]:
+        """The held-out slice and the caps on clients and their rows."""
+        return ("data.holdout", "data.server-points", "data.min-points-per-client",
+                "data.num-clients", "data.points-per-client")
 
     def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """The federation's client ids."""

@@ -7,6 +7,7 @@ so a node generates only its clients, and the server's data from another.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,14 @@ def _kwargs(data: DataSettings) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Mixture(Dataset):
     """K Gaussian components in d dimensions, ``data.num-clients`` generated clients."""
+
+    def reads(self, flat: Mapping[str, Any]) -> tuple[str, ...]:
+        """The mixture's shape and sizes (``data.dirichlet-alpha`` with its partition)."""
+        keys = ("data.dim", "data.components", "data.num-clients", "data.points-per-client",
+                "data.variance", "data.partition", "data.server-points-per-component",
+                "data.server-uniform-points")
+        return keys + (("data.dirichlet-alpha",)
+                       if flat.get("data.partition") == "dirichlet" else ())
 
     def client_ids(self, config: RunConfig, node_data_path: str = "") -> np.ndarray:
         """``0 .. data.num-clients - 1``."""

@@ -255,14 +255,33 @@ def _read_frame(path: Path, kind: str, delimiter: str) -> pd.DataFrame:
 
 def _client_ids(path: Path, column: pd.Series, name: str) -> np.ndarray:
     """Client ids of a client column: integers as they are, strings in sorted order."""
+    try:
+        return client_codes(column)
+    except ValueError as exc:
+        raise DataFileError(path, f"column {name!r} {exc}") from None
+
+
+def client_codes(column: pd.Series) -> np.ndarray:
+    """Client ids (int64) of a column of ids, numbered as the experiment numbers them.
+
+    Integers (and whole floats) as they are; anything else (strings, fractional
+    numbers) numbered in sorted order, as Flower Datasets' ``NaturalIdPartitioner``
+    does. The file reader and the estimator's ``groups`` share this rule.
+
+    Raises
+    ------
+    ValueError
+        Empty or NaN cells (the message counts them and never quotes a value).
+    """
     import pandas as pd
 
     empty = column.isna().to_numpy(dtype=bool, copy=True)
     if column.dtype.kind in "OUS" or isinstance(column.dtype, pd.StringDtype):
         empty |= column.astype(str).str.strip().eq("").to_numpy(dtype=bool)
     if empty.any():
-        raise DataFileError(path, f"column {name!r} has {int(empty.sum())} empty cell(s): every "
-                                  "row needs its client id")
+        raise ValueError(f"has {int(empty.sum())} empty cell(s): every row needs its client id")
+    if pd.api.types.is_bool_dtype(column):
+        return column.to_numpy(np.int64)
     if pd.api.types.is_integer_dtype(column):
         return column.to_numpy(np.int64)
     if pd.api.types.is_float_dtype(column):

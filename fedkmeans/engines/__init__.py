@@ -21,7 +21,10 @@ class InProcess(Engine):
 
     name = "inprocess"
     separate_processes = False
-    default_file_nodes = 100
+    #: One node hosts every client of a data file: its number of clients is private (a
+    #: node count read from it would be a decision on it), and a node per possible
+    #: client would register nodes that host nobody.
+    default_file_nodes = 1
 
     def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
             num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:

@@ -88,8 +88,17 @@ class ServerContext:
     estimates: object | None = None
     #: Each round's outputs (computed or restored), by round name.
     round_outputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set, repr=False)  #: kinds said (warn_once)
     _started: float = field(default_factory=time.perf_counter, repr=False)
     _done: int = field(default=0, repr=False)
+
+    def warn_once(self, key: str) -> Callable[[str], None]:
+        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run."""
+        def warn(message: str) -> None:
+            if key not in self.warned:
+                self.warned.add(key)
+                LOG.warning(message)
+        return warn
 
     def __post_init__(self) -> None:
         if self.checkpoint is not None:
@@ -145,16 +154,16 @@ class ServerContext:
     def _progress(self, name: str, what: str, took: str = "") -> None:
         """One ``[progress]`` line per round: the count of rounds (streamed by Flower).
 
-        The rounds' names and number are public (the plan); their timings depend on
-        the clients' data, so the time taken, the elapsed time and the ETA are on the
-        line only with the operator's opt-in (:mod:`fedkmeans.console`).
+        The rounds' names and number are public (the plan: ``(1)`` before it knows the
+        number, ``(2/6)`` once it does); their timings depend on the clients' data, so
+        the time, elapsed time and ETA need the operator's opt-in (:mod:`.console`).
         """
         self._done += 1
         if not self.progress:
             return
         elapsed = time.perf_counter() - self._started
         total = self.expected_rounds
-        count = f"({self._done}/{total or '?'})"
+        count = f"({self._done}/{total})" if total else f"({self._done})"
         timed = f"[progress] round {name} {what}{took} {count}, elapsed {elapsed:.1f} s"
         if total and self._done < total:
             timed += f", ETA {elapsed / self._done * (total - self._done):.0f} s"

@@ -121,7 +121,8 @@ class ClientPool:
                 + ", ".join(f"node {n}: d={d}" for n, d in sorted(dims.items()))
             )
         self.dim = next(iter(dims.values()))
-        say(LOG, f"registered {len(replies)} nodes (d={self.dim})", f"registered "
+        nodes = f"{len(replies)} node{'s' if len(replies) != 1 else ''}"  # as started
+        say(LOG, f"registered {nodes} (d={self.dim})", f"registered "
             f"{len(self.node_clients)} nodes hosting {hosted} clients (d={self.dim})")
 
     @property

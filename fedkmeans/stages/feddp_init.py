@@ -112,7 +112,8 @@ def weigh_server_points(
                 min_weight=min_weight,
             )
             outputs["elbow_costs"] = costs
-        usable = usable_weights(weights, min_weight, chosen_k + extra)
+        usable = usable_weights(weights, min_weight, chosen_k + extra,
+                                warn=ctx.warn_once("step-2 fallback"))
         centers = weighted_kmeans(projected_server, usable, chosen_k + extra,
                                   seed=ctx.int_seed(group, "weighted-kmeans"))
         outputs["projected_centers"] = centers

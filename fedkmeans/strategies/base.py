@@ -28,7 +28,9 @@ map onto Flower's hooks:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,7 @@ from fedkmeans.artefacts import release_view
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.session import RunOutcome, run_protocol
+from fedkmeans.statements import clipping_summary, summary_line
 from fedkmeans.strategies.accounting import METHOD as ACCOUNTING_METHOD
 from fedkmeans.strategies.accounting import FlowerLedger, flower_ledger
 from fedkmeans.strategies.settings import build_config, server_points
@@ -90,8 +93,9 @@ class KMeansStrategy(Strategy):
 
     Parameters
     ----------
-    n_clusters : int or "auto"
-        k (``auto``: FedDP-KMeans chooses it by the elbow, up to ``k_max``).
+    n_clusters : int or "auto", default=8
+        k (scikit-learn's ``KMeans`` default, and the estimator's; ``auto``:
+        FedDP-KMeans chooses it by the elbow, up to ``k_max``).
     epsilon, delta : float
         The target privacy budget of the whole run (``epsilon = inf``: not private).
     level : {"datapoint", "client"}
@@ -101,27 +105,40 @@ class KMeansStrategy(Strategy):
     **settings
         Any other config attribute by name (``lloyds_steps=5``, ``data_radius=11.0``,
         ``aggregation="secagg"``, ``num_nodes=2``, ``reproducible_noise=True``, ...),
-        :data:`fedkmeans.strategies.settings.SETTING_KEYS`.
+        :data:`fedkmeans.strategies.settings.SETTING_KEYS`, and ``preprocessing``
+        (``"center"``, ``"standardize"`` or ``"none"``: the public transform from
+        ``server_data``). The harness's engine keys
+        (:data:`~fedkmeans.strategies.settings.HARNESS_KEYS`) are refused: here they
+        would do nothing.
 
     Raises
     ------
     fedkmeans.config.ConfigError
-        An unknown setting or a value out of range (one line naming the key).
+        An unknown or harness setting, or a value out of range (one line naming the
+        keyword).
     ValueError
         ``server_data`` is not a finite 2-D array.
     """
 
     #: The registered algorithm name (:data:`fedkmeans.plugins.ALGORITHMS`).
     algorithm: str = ""
+    #: Keywords a front end on top says otherwise in errors (the estimator's
+    #: ``X_server`` for ``server_data``): :func:`~fedkmeans.strategies.settings.
+    #: in_caller_words`.
+    caller_words: dict[str, str] = {}
+    #: Stream the run's ``[progress]`` lines and its ``[summary]`` through Flower's
+    #: logger, as the experiment's ServerApp does (False: the estimator, which is quiet
+    #: as scikit-learn's estimators are).
+    console: bool = True
 
-    def __init__(self, n_clusters: int | str = 10, epsilon: float = 1.0,
+    def __init__(self, n_clusters: int | str = 8, epsilon: float = 1.0,
                  delta: float = 1e-6, level: str = "datapoint", *,
                  server_data: Any, **settings: Any) -> None:
         if not self.algorithm:
             raise TypeError("KMeansStrategy is abstract: use FedDPKMeans or a baseline")
         self.server_x = server_points(server_data)
         self.config = build_config(self.algorithm, n_clusters, epsilon, delta, level,
-                                   settings, self.server_x)
+                                   settings, self.server_x, self.caller_words)
         self.outcome: RunOutcome | None = None
 
     # ---- the run -----------------------------------------------------------------
@@ -144,7 +161,8 @@ class KMeansStrategy(Strategy):
             baseline's), the number of Lloyds steps is the ``lloyds_steps`` setting, and
             what each round sends is the stage's.
         timeout : float, optional
-            Unused (``round_timeout`` is the setting); accepted for Flower's signature.
+            Seconds the server waits for the replies of each round of this run, as in
+            Flower's strategies (None: the ``round_timeout`` setting, 600 s by default).
         evaluate_fn : callable, optional
             ``evaluate_fn(round, arrays) -> MetricRecord``: the caller's own evaluation
             of the final centers (e.g. on the server's data), stored at the last round.
@@ -166,13 +184,19 @@ class KMeansStrategy(Strategy):
             if value is not None:
                 raise ValueError(f"{type(self).__name__}.start: {name} must be left unset "
                                  f"(the protocol's rounds decide it), got {value!r}")
-        del timeout
+        config = self.config if timeout is None else _with_timeout(self.config, timeout)
+        if self.console:
+            _through_flower()  # flwr run --stream shows Flower's logger, not ours
         LOG.info("Starting %s strategy", type(self).__name__)
         self.summary()
-        outcome = run_protocol(grid, self.config, self.server_x, checkpoint=checkpoint,
+        outcome = run_protocol(grid, config, self.server_x, checkpoint=checkpoint,
                                observers=observers)
         self.outcome = outcome
-        return self._result(outcome, evaluate_fn, evaluate_clients)
+        result = self._result(outcome, evaluate_fn, evaluate_clients)
+        if self.console:  # the release's words only, as the experiment's summary line
+            LOG.info("%s", summary_line(result.release, clipping_summary(
+                self.config, outcome.config, outcome.context.estimates), None))
+        return result
 
     def _result(self, outcome: RunOutcome, evaluate_fn, evaluate_clients: bool) -> KMeansResult:
         arrays = ArrayRecord({"centers": Array(np.ascontiguousarray(outcome.centers))})
@@ -201,7 +225,7 @@ class KMeansStrategy(Strategy):
         if evaluate_clients:
             messages = self.configure_evaluate(last, arrays, ConfigRecord(), outcome.pool.grid)
             replies = outcome.pool.grid.send_and_receive(
-                list(messages), timeout=self.config.federation.round_timeout)
+                list(messages), timeout=outcome.config.federation.round_timeout)
             evaluation = self.aggregate_evaluate(last, replies)
             if evaluation is not None:
                 result.evaluate_metrics_clientapp[last] = evaluation
@@ -254,13 +278,17 @@ class KMeansStrategy(Strategy):
                  self.config.algorithm, self.config.k, privacy.epsilon, privacy.delta,
                  privacy.level, privacy.aggregation)
 
-    def privacy_spent(self) -> PrivacySpent | None:
-        """The ledger's epsilon at the run's delta (None: a non-private algorithm).
+    def privacy_spent(self) -> PrivacySpent:
+        """The ledger's epsilon at the run's delta (``inf``: a run that is not private).
 
-        Before :meth:`start`, nothing is spent (``epsilon = 0``, no release).
+        Before :meth:`start` of a private run, nothing is spent (``epsilon = 0``, no
+        release). A run at ``epsilon = inf`` or of a non-private algorithm (``KFed``,
+        ``LloydsNonPrivate``) reports ``epsilon = inf``, as the estimator's
+        ``privacy_spent_`` does.
         """
         if not self.config.is_private:
-            return None
+            return PrivacySpent(epsilon=math.inf, delta=float(self.config.privacy.delta),
+                                num_releases=0, accounting_method=ACCOUNTING_METHOD)
         outcome = self.outcome
         releases = outcome.context.accountant.releases if outcome is not None else ()
         epsilon = outcome.spent_epsilon if outcome is not None else 0.0
@@ -289,6 +317,36 @@ class KMeansStrategy(Strategy):
             raise RuntimeError(f"{type(self).__name__}: evaluate after start() (the "
                                "registered nodes and their settings come from the run)")
         return self.outcome.pool
+
+
+def _through_flower() -> None:
+    """Hand this package's log records to the ``flwr`` logger's handlers.
+
+    A ServerApp's own loggers are not streamed by ``flwr run --stream``; Flower's is.
+    The level is set to INFO unless the caller chose one. (The experiment's ServerApp
+    does the same with :func:`fedkmeans.flower_logging.log_through_flower`, which is
+    the harness's; a strategy is the library's.)
+    """
+    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)
+    for handler in flower.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = not flower.handlers
+
+
+def _with_timeout(config, timeout: float):
+    """``config`` with ``timeout`` as its round timeout; ValueError naming ``timeout``."""
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"start: timeout must be a finite number of seconds > 0, "
+                         f"got {timeout!r}")
+    return dataclasses.replace(config, federation=dataclasses.replace(
+        config.federation, round_timeout=seconds))
 
 
 _NOT_TRAIN = (

@@ -1,0 +1,57 @@
+"""The console's statements say only what is so (issue 50): a bound that says something,
+a round count it knows, a fallback said once per run."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from fedkmeans.clustering.server_steps import usable_weights
+from fedkmeans.config import parse_config
+from fedkmeans.statements import INFORMATIVE_BOUND, clipping_summary
+
+
+class _Estimates:
+    """The estimate round's release, read: a fixed 95 % upper bound on the clipped share."""
+
+    def __init__(self, bound):
+        self.bound = bound
+
+    def outside_upper_bound(self, radius):
+        return self.bound
+
+
+@pytest.mark.parametrize("bound, said", [
+    (0.02, "at most 2.0% of the points (95% private upper bound)"),
+    (INFORMATIVE_BOUND, "at most 50.0% of the points"),
+    (0.51, "cannot be bounded usefully at this epsilon"),
+    (1.0, "cannot be bounded usefully at this epsilon"),  # mine.csv's 100 % (issue 50)
+    (None, "cannot be bounded usefully at this epsilon"),
+])
+def test_the_clipping_share_is_stated_only_when_its_bound_says_something(bound, said):
+    config = parse_config({"privacy.data-radius": 3.0})
+    line = clipping_summary(config, config, _Estimates(bound))
+    assert said in line
+    assert ("%" in line) == (bound is not None and bound <= INFORMATIVE_BOUND)
+
+
+def test_step_2_s_fallback_is_said_once_per_run_through_the_run_s_warn():
+    from fedkmeans.server import context
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    context.LOG.addHandler(handler)
+    warned = set()
+    try:
+        warn = context.ServerContext.warn_once(type("Ctx", (), {"warned": warned})(),
+                                               "step-2 fallback")
+        for _ in range(3):
+            w = usable_weights(np.array([-1.0, 0.0, 2.0]), 0.0, 2, warn=warn)
+            assert (w == 1.0).all()  # the fallback itself still happens every time
+    finally:
+        context.LOG.removeHandler(handler)
+    said = [r for r in records if "positive noisy weight" in r.getMessage()]
+    assert len(said) == 1 and warned == {"step-2 fallback"}
