@@ -32,6 +32,7 @@ from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2
+from fedkmeans.privacy.mechanisms import GaussianMechanism
 from fedkmeans.privacy.distributed import (
     decode_sum,
     effective_sigma,
@@ -41,6 +42,7 @@ from fedkmeans.privacy.distributed import (
     node_contribution,
     quantization_range,
     share_std,
+    smooth_lattice,
 )
 from fedkmeans.seeding import generator
 from fedkmeans.server.observer import RunObserver
@@ -199,7 +201,8 @@ def _flaky(partition, stage=Stage.COLLECT_MASKED_VECTORS):
 def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
     small_config, monkeypatch,
 ):
-    flat = {**small_config, **SECAGG}
+    # reproducible server noise: the smoothing draw of every decoded sum is recomputed
+    flat = {**small_config, **SECAGG, "privacy.reproducible-noise": True}
     # The ClientApp always draws its shares from the CSPRNG (no configuration can fix
     # them); to check the arithmetic bit for bit, this test alone swaps in seeded shares.
     seed = parse_config(flat).seed
@@ -241,16 +244,25 @@ def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
         [generator(config.seed, "noise-share", "init-1/covariance", c) for c in clients],
         symmetric=True,
     )
+    # the server's smoothing draw (sigma / 64) on the decoded sum, from the same path
+    offline = offline + smooth_lattice(
+        np.zeros_like(offline), info["sigma"], info["grid_step"],
+        generator(config.seed, "secagg-smoothing", "init-1/covariance"), symmetric=True)
+    assert info["smoothing_std"] == info["sigma"] / 64
     released = recorder.releases["init-1/covariance"][1]
     error = np.abs(released - offline).max()
-    assert error <= info["max_quantization_error"] + 1e-9
+    # the smoothing draw's own lattice (GaussianMechanism.granularity) adds half a cell
+    cell = GaussianMechanism(info["sigma"], info["smoothing_std"]).granularity
+    assert error <= info["max_quantization_error"] + cell + 1e-9
     assert info["max_quantization_error"] < 1e-6 * info["sigma"]
     np.testing.assert_array_equal(released, released.T)
 
 
 def test_a_node_dropping_after_masking_is_recovered_with_enough_survivors(small_config):
-    # 3 nodes x 4 clients; node 2 dies in every round after the key exchange
-    flat = {**small_config, **SECAGG, "federation.min-replies": 0.6}  # n_min = 8
+    # 3 nodes x 4 clients; node 2 dies in every round after the key exchange. Client
+    # level: at data-point level min-replies < 1 is refused (the next test)
+    flat = {**small_config, **SECAGG, "federation.min-replies": 0.6,  # n_min = 8
+            "privacy.level": "client"}
     recorder = Recorder()
     result = run_server_inprocess(flat, [recorder], app=_flaky(2))
     rounds = result["privacy"]["secagg"]["rounds"]
@@ -272,6 +284,16 @@ def test_a_node_dropping_after_masking_is_recovered_with_enough_survivors(small_
             assert info["sigma_effective"] == pytest.approx(info["sigma"] * math.sqrt(12 / 8))
     assert full["privacy"]["releases"] == result["privacy"]["releases"]
     assert full["privacy"]["epsilon"] == result["privacy"]["epsilon"]
+
+
+def test_dropouts_at_data_point_level_are_refused_in_one_line_naming_the_key(small_config):
+    """n / ceil(0.8 n) of the calibrated variance depends on the private client count."""
+    with pytest.raises(ConfigError, match="federation.min-replies") as refused:
+        parse_config({**small_config, **SECAGG, "federation.min-replies": 0.8})
+    assert "\n" not in str(refused.value) and "'datapoint'" in str(refused.value)
+    parse_config({**small_config, **SECAGG, "federation.min-replies": 0.8,
+                  "privacy.level": "client"})  # zero-out one client: participation is public
+    parse_config({**small_config, "federation.min-replies": 0.8})  # central: no shares
 
 
 def test_too_few_survivors_stop_the_round_before_unmasking(small_config, monkeypatch):
@@ -392,7 +414,10 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
     flat = {"data.dim": 60, "data.components": 6, "k": 6, "data.num-clients": 6,
             "data.points-per-client": 30, "data.server-points-per-component": 10,
             "data.server-uniform-points": 10, "privacy.max-points-per-client": 30,
-            "federation.num-nodes": 3, **SECAGG}
+            "federation.num-nodes": 3, **SECAGG,
+            # the curious server knows its own draws (the smoothing of decoded sums):
+            # reproducible, the same in both runs, so only the shares can hide the sum
+            "privacy.reproducible-noise": True}
     if shares == "fixed":  # the control: what a fixed noise-seed did
         contribution = NodeData.secagg_contribution
 
