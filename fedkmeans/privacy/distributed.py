@@ -314,7 +314,7 @@ def check_lattice(step: float, sigma: float) -> float:
 
 def smooth_lattice(
     decoded: NDArray[np.floating], sigma: float, step: float, rng: np.random.Generator,
-    *, symmetric: bool = False,
+    *, symmetric: bool = False, guard: bool = True,
 ) -> NDArray[np.float64]:
     """What the server publishes of a decoded SecAgg sum: ``decoded + N(0, g^2)``.
 
@@ -333,13 +333,17 @@ def smooth_lattice(
         The server's private randomness.
     symmetric : bool
         Draw symmetric noise for a (d, d) matrix.
+    guard : bool
+        Refuse a step above ``g / 2`` (:func:`check_lattice`). Only the deterministic
+        sensitivity audit turns it off: it turns the noise down to measure changes, not
+        to publish anything.
 
     Returns
     -------
     ndarray
         A new array.
     """
-    smoothing = check_lattice(step, sigma)
+    smoothing = check_lattice(step, sigma) if guard else sigma * LATTICE_SMOOTHING
     # the sensitivity only sizes the draw's lattice inflation (negligible): sigma's
     mechanism = GaussianMechanism(sensitivity=sigma, noise_scale=smoothing)
     value = np.asarray(decoded, dtype=np.float64)

@@ -57,6 +57,7 @@ from fedkmeans.console import diagnostics_on_console, quiet_flower_secagg, say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import (
+    LATTICE_SMOOTHING,
     MODULUS_RANGE,
     check_lattice,
     decode_sum,
@@ -195,6 +196,11 @@ class SecAggAggregator:
     releases: dict[str, Release]
     randomness: PrivateRandomness = field(default_factory=PrivateRandomness)
     rounds: list[dict] = field(default_factory=list)
+    #: Refuse a round whose grid step exceeds half its smoothing draw
+    #: (:func:`~fedkmeans.privacy.distributed.check_lattice`). Only the deterministic
+    #: sensitivity audit, which turns the noise down to 1e-5 of the sensitivity, sets it
+    #: False.
+    lattice_guard: bool = True
 
     def aggregate(
         self,
@@ -273,7 +279,8 @@ class SecAggAggregator:
             s = shares[name]
             step = grid_step(reach[name], s, m_max, q_range)
             try:  # before any node is asked: the published value must hide the grid
-                smoothing = check_lattice(step, release.noise_scale)
+                smoothing = check_lattice(step, release.noise_scale) if self.lattice_guard \
+                    else release.noise_scale * LATTICE_SMOOTHING
             except ValueError as exc:
                 raise FederationError(f"round '{round_name}', '{name}': {exc}") from None
             per_stat[name] = {
@@ -333,7 +340,7 @@ class SecAggAggregator:
             total = smooth_lattice(
                 total.reshape(expected[name]), info["sigma"], info["grid_step"],
                 self.randomness.generator("secagg-smoothing", f"{round_name}/{name}"),
-                symmetric=name == "covariance")
+                symmetric=name == "covariance", guard=self.lattice_guard)
             totals[name] = total.reshape((1, *expected[name]))
             info["sigma_effective"] = effective_sigma(info["sigma"], n_min, n_surv)
             info["max_quantization_error"] = n_nodes * info["grid_step"] / 2.0
