@@ -36,8 +36,8 @@ from flwr.compat.common import recorddict_compat as compat
 
 from fedkmeans import wire
 from fedkmeans.blas_threads import one_blas_thread
-from fedkmeans.console import quiet_flower_secagg
 from fedkmeans.config_node import node_config
+from fedkmeans.console import quiet_flower_secagg
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius
 from fedkmeans.stages import Stage, stage, subscribe

@@ -32,7 +32,6 @@ from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.experiment import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2
-from fedkmeans.privacy.mechanisms import GaussianMechanism
 from fedkmeans.privacy.distributed import (
     decode_sum,
     effective_sigma,
@@ -44,6 +43,7 @@ from fedkmeans.privacy.distributed import (
     share_std,
     smooth_lattice,
 )
+from fedkmeans.privacy.mechanisms import GaussianMechanism
 from fedkmeans.seeding import generator
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import FederationError

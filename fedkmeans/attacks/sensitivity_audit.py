@@ -48,8 +48,9 @@ a client that does not clip its points shows it):
   another cluster -- an extra l1 clip of the counts after the projection moves this
   pair by up to ``sqrt(2)`` times the counts' share of the bound -- and
   ``ceil(2^(j/2) B)`` points at ``Delta e_1 / 10`` and at ``Delta e_1 / 100``,
-  ``j = 1..6`` (counts past the cap, sums inside) gaining one at ``FAR Delta e_1`` -- a projection taken in another
-  metric (the noise scales swapped) moves some of them by several times the bound;
+  ``j = 1..6`` (counts past the cap, sums inside) gaining one at ``FAR Delta e_1``
+  -- a projection taken in another metric (the noise scales swapped) moves some of
+  them by several times the bound;
 * client level: a client joins with one point, and with ``n`` points at
   ``FAR Delta e_0``, ``n = max ceil(2 C / l2) + 1`` over the planned statistics
   (``C`` the client bound, ``l2`` one point's change), so every statistic exceeds
@@ -221,7 +222,7 @@ def probes(setup: AuditSetup, plan: Iterable[Release]) -> list[Probe]:
         others[cid] = x * np.minimum(1.0, 0.99 * radius / np.linalg.norm(x, axis=1))[:, None]
     if setup.level == "datapoint":
         cap = np.repeat(unit[1:2], setup.max_points, axis=0)
-        return [*joint_probes(setup, plan, others), 
+        return [*joint_probes(setup, plan, others),
             Probe("new-client", "a client of one point (raw norm FAR Delta) joins",
                   dict(others), {**others, _TARGET: far}),
             Probe("one-point", "a client of one point at Delta e_1 gains one at FAR Delta e_0",
