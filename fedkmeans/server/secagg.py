@@ -367,9 +367,11 @@ class SecAggAggregator:
             "seconds": seconds,
             "statistics": per_stat,
         })
-        # participation and n_min (from the number of asked clients) are diagnostics
-        say(LOG, f"round '{round_name}': SecAgg+ sum unmasked (participation: "
-            "diagnostics.json, secagg.rounds)",
+        # participation and n_min (from the number of asked clients) are diagnostics;
+        # the public console says once that the rounds are summed with SecAgg+
+        say(LOG, None if len(self.rounds) > 1 else (
+            "secure aggregation: every protocol round is summed with SecAgg+ "
+            "(participation: diagnostics.json, privacy.secagg.rounds)"),
             f"round '{round_name}': SecAgg+ over {n_nodes}/{len(nodes)} nodes, "
             f"{n_surv}/{n_asked} clients (n_min {n_min}), {seconds:.2f} s")
         return Replies(
