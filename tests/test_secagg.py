@@ -471,3 +471,33 @@ def test_the_defaults_complete_under_secagg(small_config, tmp_path, engine):
     assert {"estimate", "init-1", "check"} <= rounds
     assert 0 < result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
     assert "zero-out one client" not in result["privacy"]["accountant"]  # data-point level
+
+
+# -- no client count in the published values (issue 49) ----------------------------------
+def _residue(values, step):
+    ratio = np.ravel(values) / step
+    return float(np.mean(np.abs(ratio - np.rint(ratio))))
+
+
+def test_the_published_value_hides_the_grid_of_n_and_of_n_minus_one():
+    """One node per client, 31 against 30: the decoded sum is an integer times h(n)
+    (the share scale sigma / sqrt(n) and the quantization range of n nodes set h). Its
+    residue modulo h(n) is 0 and modulo h(n - 1) is about 0.25 (uniform): the exact
+    count. The published value (the sigma / 64 smoothing draw added) has the uniform
+    residue's mean, 0.25, for both steps (2,000 entries: standard error 0.0032)."""
+    sigma, reach, rng = 40.0, 6000.0, np.random.default_rng(49)
+    steps = {n: grid_step(reach, share_std(sigma, n), 1, quantization_range(n))
+             for n in (30, 31)}
+    assert steps[30] != steps[31] and max(steps.values()) <= sigma / 128
+    for n, other in ((31, 30), (30, 31)):
+        h = steps[n]
+        decoded = np.rint(rng.normal(0.0, sigma, 2000) / h) * h  # what decode_sum gives
+        assert _residue(decoded, h) < 1e-9 and abs(_residue(decoded, steps[other]) - 0.25) < 0.02
+        published = smooth_lattice(decoded, sigma, h, rng)
+        for step in (h, steps[other]):
+            assert abs(_residue(published, step) - 0.25) < 0.02
+    # the relative density error of the residue at these steps (h <= g / 2): below 1e-30
+    from fedkmeans.privacy.distributed import check_lattice, lattice_residue_error
+    assert lattice_residue_error(max(steps.values()), sigma / 64) < 1e-30
+    with pytest.raises(ValueError, match="federation.num-nodes"):
+        check_lattice(sigma / 100, sigma)  # a step above half the draw is refused
