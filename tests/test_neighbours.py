@@ -115,9 +115,9 @@ def test_secagg_one_only_point_removed_with_one_node_per_client(tmp_path):
     """Issue 49: SecAgg+ at data-point level, one node per client (60 nodes against 59),
     the last client's only point removed (60 clients, as above: with about 30 the
     estimate round's noisy count sits where the tuning's choice of split turns, and that
-    noisy choice differs between worlds more often than not). The decoded sums would sit on a grid that
-    depends on the number of clients; the published values carry the server's smoothing
-    draw, and no deterministic field of release.json differs."""
+    noisy choice differs between worlds more often than not). The decoded sums would
+    sit on a grid that depends on the number of clients; the published values carry the
+    server's smoothing draw, and no deterministic field of release.json differs."""
     from conftest import run_server_inprocess
 
     from fedkmeans.artefacts import release_view
