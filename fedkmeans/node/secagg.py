@@ -4,7 +4,7 @@ Under ``privacy.aggregation = secagg`` every client also applies the server's bo
 (the server sees only the node's masked sum, so it cannot clip one client) and adds
 its own noise share, and the node sends only the sum over its clients, encoded on the
 SecAgg+ integer grid (:mod:`fedkmeans.privacy.distributed`). Every statistic is clipped
-by :func:`fedkmeans.privacy.clipping.server_clip`, the function the central server's fold
+by :func:`fedkmeans.privacy.server_clip.server_clip`, the function the central server's fold
 uses too: the statistics of a joint group (a stage's cluster sums and counts at
 data-point level) by one factor per client, the projection in the noise's metric, and
 nothing after it; every other statistic by its own server bound. Every bound and share
@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fedkmeans.privacy import clipping
 from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
+from fedkmeans.privacy.server_clip import server_clip
 from fedkmeans.stages import statistic_bounds
 
 
@@ -92,7 +92,7 @@ class SecAggEncoding:
     ) -> dict[str, np.ndarray]:
         """Each client's statistics clipped exactly as the central server clips them.
 
-        :func:`fedkmeans.privacy.clipping.server_clip` with the run's bounds; the joint
+        :func:`fedkmeans.privacy.server_clip.server_clip` with the run's bounds; the joint
         groups' metric is given by the share scales ``stds``, a common multiple of the
         releases' noise standard deviations (every share is ``sigma / sqrt(n_min)``), so
         the clip is the central one.
@@ -109,4 +109,4 @@ class SecAggEncoding:
         dict of str to ndarray of shape (m, ...)
         """
         bounds = statistic_bounds(self.config.privacy)
-        return clipping.server_clip(stats, bounds, stds)
+        return server_clip(stats, bounds, stds)

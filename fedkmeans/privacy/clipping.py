@@ -10,8 +10,6 @@ never modifies its input (:func:`clip_upper_triangles` with ``copy=False`` excep
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -19,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 __all__ = [
     "clip_factors", "clip_l1", "clip_l1_nonnegative", "clip_l2", "clip_rows_l2",
     "clip_stacked", "clip_upper_triangles", "joint_clip_factors", "row_norms",
-    "server_clip", "triangle_weights", "weighted_l2_norms",
+    "triangle_weights", "weighted_l2_norms",
 ]
 
 _NORMS = ("l2", "l1", "l1_nonnegative")
@@ -177,61 +175,6 @@ def joint_clip_factors(
     whitened = np.concatenate(
         [r.reshape(m, -1) / s for r, s in zip(prepared, scales, strict=True)], axis=1)
     return clip_factors(whitened, bound, "l2"), prepared
-
-
-def server_clip(
-    stats: Mapping[str, NDArray[np.floating]], bounds: Mapping[str, Any],
-    stds: Mapping[str, float],
-) -> dict[str, NDArray[np.floating]]:
-    """Every client's statistics of one round, clipped as the server's fold clips them.
-
-    The one clip of both aggregations: the central server folds each reply with it
-    (:class:`fedkmeans.server.aggregation.RunningSums` calls :func:`joint_clip_factors`
-    and :func:`clip_stacked` per chunk of rows, the same maps), and under
-    ``privacy.aggregation = secagg`` each node applies it to its clients before they add
-    their noise shares (:meth:`fedkmeans.node.NodeData.secagg_contribution`); nothing
-    clips after it on either path.
-
-    * A joint group (data-point level: a stage's cluster sums ``S`` and counts ``c``):
-      one factor per client, :func:`joint_clip_factors` with the group's radius
-      :func:`fedkmeans.privacy.budget.joint_radius` in the metric of ``stds``: the
-      projection of the whitened pair ``(S / sigma_s, max(c, 0) / sigma_c)`` onto the
-      non-negative cone intersected with the ball of that radius, 1-Lipschitz in the
-      whitened l2 norm, so one point moves the clipped pair by at most
-      ``L = sqrt((l2_s / sigma_s)^2 + (l2_c / sigma_c)^2)`` noise standard deviations,
-      what the ledger's two Gaussian releases compose to (derivation:
-      :mod:`fedkmeans.privacy.budget`, "Joint statistics"). A second clip of one member
-      (say the counts in l1 to the radius) would break this bound: there is none.
-    * Any other statistic: its own radial clip to its server bound in its norm
-      (:func:`clip_stacked`), whose sensitivity :mod:`fedkmeans.privacy.budget` derives.
-
-    Parameters
-    ----------
-    stats : mapping of str to ndarray of shape (m, ...)
-        One row per client (only read).
-    bounds : mapping of str to StatisticBound
-        The run's bounds (:func:`fedkmeans.stages.statistic_bounds`).
-    stds : mapping of str to float
-        Per statistic, its release's noise standard deviation or any common multiple of
-        them (a SecAgg share's: ``sigma / sqrt(n_min)``); only the joint groups read it.
-
-    Returns
-    -------
-    dict of str to ndarray of shape (m, ...)
-        New float arrays, in ``stats``' order.
-    """
-    from fedkmeans.privacy.budget import joint_groups, joint_radii
-
-    radii = joint_radii(bounds, {n: stds[n] for n in stats if bounds[n].joint})
-    out: dict[str, NDArray[np.floating]] = {}
-    for group in joint_groups(bounds, list(stats)):
-        factors, clamped = joint_clip_factors(
-            [stats[n] for n in group], [stds[n] for n in group], radii[group[0]],
-            [bounds[n].norm == "l1_nonnegative" for n in group])
-        out.update({n: c * factors.reshape(-1, *([1] * (c.ndim - 1)))
-                    for n, c in zip(group, clamped, strict=True)})
-    return {n: out[n] if n in out else clip_stacked(stats[n], bounds[n].server_bound,
-                                                      bounds[n].norm) for n in stats}
 
 
 def _clip_flat(

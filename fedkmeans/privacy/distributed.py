@@ -239,7 +239,7 @@ def node_contribution(
         Draw symmetric noise for (d, d) matrices (FedDP-Init step 1).
     already_clipped : bool
         ``stats`` were clipped as the server clips them
-        (:func:`fedkmeans.privacy.clipping.server_clip`, what a node does): no second
+        (:func:`fedkmeans.privacy.server_clip.server_clip`, what a node does): no second
         clip, which could move a joint group's pair further than its bound.
 
     Returns

@@ -100,7 +100,7 @@ def joint_factors(
             groups.setdefault(fold.joint, []).append(name)
     factors, prepared = {}, {}
     for names in groups.values():
-        # the one joint clip of both aggregations (clipping.server_clip on a node)
+        # the one joint clip of both aggregations (server_clip.server_clip on a node)
         common, clamped = clipping.joint_clip_factors(
             [rows[n] for n in names], [folds[n].scale for n in names], folds[names[0]].bound,
             [folds[n].norm == "l1_nonnegative" for n in names])
