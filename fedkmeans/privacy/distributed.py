@@ -19,8 +19,14 @@ the effective ``sigma_eff = sigma sqrt(n_surv / n_min) >= sigma``: the spent eps
 is at most the calibrated one. Clients colluding with the server know their own
 shares: the guarantee survives up to ``n_surv - n_min`` such clients.
 
-Neighbouring relation. Data-point level: add or remove one point (the participating
-clients are the same in both worlds). Client level: *zero-out* — the client's
+Neighbouring relation. Data-point level: add or remove one point. When the point is its
+client's only one, the client (and, one node per client, its node) takes part in one
+world only, so ``n`` itself is private: with ``min-replies < 1`` the summed variance
+``sigma^2 n / ceil(min-replies n)`` would depend on it, and two Gaussians of different
+variances have unbounded privacy loss, so :class:`fedkmeans.config.FederationConfig`
+refuses ``min-replies < 1`` under SecAgg at data-point level (with ``min-replies = 1``,
+``n_min = n`` and the shares sum to exactly ``sigma^2``); the grid step also depends on
+``n``, which :func:`smooth_lattice` hides. Client level: *zero-out* — the client's
 statistic is replaced by zero while it still takes part (SecAgg reveals which nodes
 took part, so participation itself is never hidden from the server); the sensitivity
 is the same clipping bound as add/remove.
