@@ -4,8 +4,8 @@ Under ``privacy.aggregation = secagg`` every client also applies the server's bo
 (the server sees only the node's masked sum, so it cannot clip one client) and adds
 its own noise share, and the node sends only the sum over its clients, encoded on the
 SecAgg+ integer grid (:mod:`fedkmeans.privacy.distributed`). Every statistic is clipped
-by :func:`fedkmeans.privacy.server_clip.server_clip`, the function the central server's fold
-uses too: the statistics of a joint group (a stage's cluster sums and counts at
+by :func:`fedkmeans.privacy.server_clip.server_clip`, the function the central server's
+fold uses too: the statistics of a joint group (a stage's cluster sums and counts at
 data-point level) by one factor per client, the projection in the noise's metric, and
 nothing after it; every other statistic by its own server bound. Every bound and share
 comes from the round's plan.
@@ -85,7 +85,6 @@ class SecAggEncoding:
             )
             out.append(encode(total, steps[name], q_range))
         return out
-
 
     def secagg_clipped(
         self, stats: dict[str, np.ndarray], stds: dict[str, float]
