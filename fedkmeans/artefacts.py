@@ -14,10 +14,10 @@ A run's output holds two kinds of information that must not be confused:
   timings, rejected replies (node ids, reasons), SecAgg participation, evaluation
   metrics computed on the clients' raw data, and the curious-server report. These
   change between neighbouring datasets (at client level ``num_clients`` differs by
-  exactly one), so they are for the operator only.
+  exactly one), so they are for the operator only: written owner-only (0600).
 * ``result.json`` -- both merged, as earlier versions wrote it, with
   ``"publishable": false`` and pointers to the two files above (kept so existing
-  scripts, sweeps and reports keep working).
+  scripts, sweeps and reports keep working); owner-only (0600) too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from fedkmeans.spill_files import write_owner_only
 
 RESULT_FILE = "result.json"
 RELEASE_FILE = "release.json"
@@ -173,6 +175,8 @@ def write_artefacts(output_dir: Path, result: dict[str, Any], *, seed_is_secret:
     ``result`` gains ``publishable: false`` and an ``artefacts`` map of the paths.
     Values that could not be computed (NaN, infinite) are written as ``null``, and
     ``null_reasons`` maps each one's dotted path to why: every file is strict JSON.
+    ``release.json`` is written with the process's usual mode (it is the file to
+    publish); ``diagnostics.json`` and ``result.json`` owner-only (0600).
     """
     nulls: dict[str, str] = {}
     clean = strict_json(result, "", nulls)
@@ -189,6 +193,7 @@ def write_artefacts(output_dir: Path, result: dict[str, Any], *, seed_is_secret:
     result["publishable"] = False
     result["artefacts"] = {name: str(path) for name, path in paths.items()}
     paths["release"].write_text(_dump(release_view(result, seed_is_secret=seed_is_secret)))
-    paths["diagnostics"].write_text(_dump(diagnostics_view(result)))
-    paths["result"].write_text(_dump(result))
+    # not publishable (exact counts, raw-data metrics, the curious report): owner-only
+    write_owner_only(paths["diagnostics"], _dump(diagnostics_view(result)))
+    write_owner_only(paths["result"], _dump(result))
     return paths["result"]

@@ -37,6 +37,7 @@ from flwr.compat.common import recorddict_compat as compat
 from fedkmeans import wire
 from fedkmeans.blas_threads import one_blas_thread
 from fedkmeans.config_node import node_config
+from fedkmeans.console import quiet_flower_secagg
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node import NodeData, clip_radius
 from fedkmeans.stages import Stage, stage, subscribe
@@ -95,7 +96,12 @@ def mount(app: ClientApp, points: PointsFn) -> None:
 
 
 def mount_source(app: ClientApp, source: NodeSource) -> None:
-    """Register the protocol's handlers on ``app``, reading nodes from ``source``."""
+    """Register the protocol's handlers on ``app``, reading nodes from ``source``.
+
+    Also quiets Flower's SecAgg+ mod on this node's console (its per-stage DEBUG lines
+    name the node: :func:`fedkmeans.console.quiet_flower_secagg`).
+    """
+    quiet_flower_secagg()
 
     @app.query("register")
     def register(msg: Message, context: Context) -> Message:

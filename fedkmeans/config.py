@@ -349,8 +349,17 @@ class FederationConfig:
     num_nodes: int = key(0, at_least(0))
     #: Seconds the server waits for the replies of one round.
     round_timeout: float = key(600.0, positive("a float > 0"))
-    #: Fraction of the sampled clients that must reply for a round to count.
-    min_replies: float = key(1.0, interval(0, 1))
+    #: Fraction of the sampled clients that must reply for a round to count. Under
+    #: ``privacy.aggregation = secagg`` the noise shares are sized for that fraction of
+    #: the asked clients, so the summed variance depends on their number: at data-point
+    #: level, where that number is private, only 1 is accepted (docs/secagg.md).
+    min_replies: float = key(1.0, interval(0, 1), when(
+        lambda c: _secagg(c) and c.privacy.level == "datapoint", Constraint(
+            lambda v: v == 1,
+            "1 when privacy.aggregation = 'secagg' at privacy.level = 'datapoint' (noise "
+            "shares sized for a fraction of the asked clients sum to a variance that "
+            "depends on their private number; use privacy.level = 'client' to tolerate "
+            "dropouts)")))
     #: Ray: CPUs the simulation may use (``init-args-num-cpus``).
     num_cpus: int = key(2, at_least(1))
     #: Ray: CPUs reserved per ClientApp actor.

@@ -17,6 +17,14 @@ key, so neither a remote ``flwr run --run-config`` nor a config in ``release.jso
 can turn it on, and switching it does not change the run's configuration (a resume
 stays a resume). Every such line then starts with :data:`NOT_PRIVATE`, and the run
 says once, at its start, that those lines are not private (:func:`announce`).
+
+Flower's own SecAgg+ code logs counts too: "configure_fit: strategy sampled N clients",
+"aggregate_fit: received N results" at INFO, and one DEBUG line per stage and node (a
+thousand lines and more for a default run with one node per client). With one node per
+client N is the exact client count. :func:`quiet_flower_secagg` installs a filter on the
+``flwr`` logger that drops every such record below WARNING (the counts are in
+``diagnostics.json``, ``privacy.secagg.rounds``); with the opt-in they are printed,
+marked :data:`NOT_PRIVATE`.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["DIAGNOSTICS_ENV", "NOT_PRIVATE", "announce", "diagnostics_on_console", "say"]
+__all__ = ["DIAGNOSTICS_ENV", "NOT_PRIVATE", "FlowerSecAggLines", "announce",
+           "diagnostics_on_console", "quiet_flower_secagg", "say"]
 
 #: ``FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1``: the diagnostic lines replace the public ones.
 DIAGNOSTICS_ENV = "FEDKMEANS_DIAGNOSTICS_ON_CONSOLE"
@@ -65,3 +74,33 @@ def announce(logger: logging.Logger) -> None:
             "%s=1: lines starting with %s carry exact counts, costs on the clients' raw "
             "data, timings and clip counts; they are NOT covered by the privacy guarantee "
             "(do not share this log)", DIAGNOSTICS_ENV, NOT_PRIVATE)
+
+
+class FlowerSecAggLines(logging.Filter):
+    """Flower's SecAgg+ records below WARNING: dropped, or marked with the opt-in.
+
+    A record is Flower's SecAgg+ when the file that logged it lies in a
+    ``secure_aggregation`` package (``flwr/server/workflow/secure_aggregation``, the
+    server's workflow; ``flwr/client/mod/secure_aggregation``, the nodes' mod). Warnings
+    and errors pass unchanged (they carry no count).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        if record.levelno >= logging.WARNING or _SECAGG_DIR not in record.pathname:
+            return True
+        if not diagnostics_on_console():
+            return False
+        if not getattr(record, "fedkmeans_marked", False):
+            record.msg = f"{NOT_PRIVATE} {record.msg}"
+            record.fedkmeans_marked = True
+        return True
+
+
+_SECAGG_DIR = f"{os.sep}secure_aggregation{os.sep}"
+
+
+def quiet_flower_secagg() -> None:
+    """Install :class:`FlowerSecAggLines` on the ``flwr`` logger (once per process)."""
+    flower = logging.getLogger("flwr")
+    if not any(isinstance(f, FlowerSecAggLines) for f in flower.filters):
+        flower.addFilter(FlowerSecAggLines())

@@ -34,6 +34,32 @@ def private_file(path: str | os.PathLike) -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
+def write_owner_only(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` owner-only (0600), replacing it atomically.
+
+    For every file of a run that is not publishable (``result.json``,
+    ``diagnostics.json``, the checkpoint's state, the curious server's report): the
+    bytes go to a new 0600 file beside ``path``, which then replaces it, so no reader
+    ever sees them with wider permissions, whatever the umask or an older file's mode.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        with private_file(tmp) as handle:
+            handle.write(raw)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def owner_only(path: str | os.PathLike) -> Path:
+    """Set an existing file (written by a library that takes no mode) to 0600."""
+    os.chmod(path, FILE_MODE)
+    return Path(path)
+
+
 def private_dir(path: str | os.PathLike, *, exist_ok: bool = False) -> Path:
     """Make ``path`` (and missing parents) owner-only (0700); return it."""
     path = Path(path)

@@ -17,6 +17,7 @@ import functools
 import logging
 import math
 
+import numpy as np
 import pytest
 from conftest import run_server_inprocess
 
@@ -244,3 +245,59 @@ def test_planted_estimate_round_left_out_of_the_calibration_fails_the_command(
     composed = [plan for plan in run_plans(config).values() if plan.prior and plan.releases]
     assert err.count("the ledger's epsilon") == len(composed) >= 4  # every such run's plan
     assert all(r.recorded_epsilon > 1.0 for r in budget_audit(config, {}))
+
+
+# -- the joint clip (issue 49): planted in the one function both aggregations call --------
+def _swapped_metric(real):
+    """The projection taken in the swapped metric: sums whitened by the counts' noise
+    scale and counts by the sums' (the radius unchanged)."""
+    def planted(rows, scales, bound, nonnegative):
+        return real(rows, list(reversed(scales)), bound, nonnegative)
+
+    return planted
+
+
+def _counts_reclipped_in_l1(real):
+    """After the joint projection, the counts clipped again in l1 to ``R sigma_c`` (an
+    l2 radius): the node's defect of issue 49."""
+    def planted(rows, scales, bound, nonnegative):
+        factors, prepared = real(rows, scales, bound, nonnegative)
+        out = []
+        for values, scale, counts in zip(prepared, scales, nonnegative, strict=True):
+            if counts:
+                shape = (-1, *([1] * (values.ndim - 1)))
+                l1 = np.abs((values * factors.reshape(shape)).reshape(len(values), -1)).sum(1)
+                values = values * np.minimum(1.0, bound * scale / np.maximum(l1, 1e-300)
+                                             ).reshape(shape)
+            out.append(values)
+        return factors, out
+
+    return planted
+
+
+@pytest.mark.parametrize("aggregation", ["central", "secagg"])
+@pytest.mark.parametrize("plant", [_swapped_metric, _counts_reclipped_in_l1])
+def test_planted_joint_clip_bugs_fail_the_command_at_both_aggregations(
+        monkeypatch, capsys, plant, aggregation):
+    """The data-point probes whose sums and counts leave the ball in different
+    proportions catch both plants, on the server's fold and on the SecAgg nodes."""
+    from fedkmeans.privacy import clipping
+
+    monkeypatch.setattr(clipping, "joint_clip_factors", plant(clipping.joint_clip_factors))
+    with pytest.raises(SystemExit) as exit_info:
+        audit_cli.main([*FAST, "--level", "datapoint", "--aggregation", aggregation])
+    assert exit_info.value.code == audit_cli.FAILED
+    err = _failed(capsys)
+    assert "init-3/counts" in err and "lloyds-1/counts" in err and "joint-" in err
+    assert "init-1/covariance" not in err and "histogram" not in err  # only the joint clip
+
+
+@pytest.mark.parametrize("aggregation", ["central", "secagg"])
+def test_clean_joint_clip_passes_with_the_joint_probes(aggregation):
+    rows = _ours(sensitivity_audit(AuditSetup(level="datapoint", dim=3, max_points=16,
+                                              aggregation=aggregation)))
+    assert [r.status for r in rows] == ["ok"] * len(rows)
+    probes = [p.name for p in sa.probes(AuditSetup(dim=3, max_points=16, aggregation=aggregation),
+                                        sa.planned_releases(AuditSetup(dim=3).config()))]
+    assert sum(p.startswith("joint-counts-") for p in probes) >= 1
+    assert sum(p.startswith("joint-sums-") for p in probes) == 12

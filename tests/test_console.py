@@ -205,8 +205,8 @@ def test_neighbouring_federations_print_the_same_console(tmp_path, monkeypatch, 
     _, second = _console(tmp_path, "d", spec["clients"][1], spec["extra"], single[1])
     assert first != second
     assert f"WARNING {console.DIAGNOSTICS_ENV}=1: lines starting with" in raw[0]
-    assert any(line.startswith(f"INFO {console.NOT_PRIVATE} registered 3 nodes hosting")
-               for line in raw)
+    assert any(re.match(rf"INFO {re.escape(console.NOT_PRIVATE)} registered \d+ nodes hosting",
+                        line) for line in raw)
 
 
 def _fails_the_check(msg, context):
@@ -276,7 +276,7 @@ def test_plain_flwr_run_streams_the_same_lines_and_no_diagnostics(tmp_path, monk
     assert (out / "release.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     stream = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in
               (proc.stdout + proc.stderr).splitlines()]
-    # "INFO :      registered 3 nodes (d=6)" -> "INFO registered 3 nodes (d=6)"
+    # "INFO :      registered the nodes (d=6; ...)" -> "INFO registered the nodes (d=6; ...)"
     streamed = _masked([re.sub(r"^(\w+)\s*:\s+", r"\1 ", line) for line in stream], out)
     ours = [line for line in inprocess if not line.startswith("INFO [summary]")]
     assert [line for line in streamed if line in ours] == ours
@@ -286,3 +286,37 @@ def test_plain_flwr_run_streams_the_same_lines_and_no_diagnostics(tmp_path, monk
     for diagnostic in ("hosting", "were clipped onto it", " s,", "cost",
                        console.NOT_PRIVATE):
         assert diagnostic not in joined.replace("noisy cost difference", "")
+
+
+@pytest.mark.slow
+def test_secagg_at_data_point_level_one_node_per_client_prints_no_count(tmp_path, monkeypatch):
+    """Issue 49: SecAgg+ at data-point level with one node per client (a file's default
+    layout), the only point of a client removed: 31 nodes against 30. Flower's SecAgg+
+    lines ("configure_fit: strategy sampled 31 clients", "aggregate_fit: received 31
+    results") and the registration's node count would tell them apart."""
+    clients = 30
+
+    def printed(name, single):
+        data, out = tmp_path / f"{name}.npz", tmp_path / name
+        _write(data, clients=clients, single=single)
+        flat = {"data.name": "npz", "data.path": str(data), "k": 3,
+                "privacy.level": "datapoint", "privacy.data-radius": 8.0,
+                "privacy.epsilon": 4.0, "privacy.aggregation": "secagg",
+                "privacy.lloyds-steps": 0, "output-dir": str(out)}
+        lines = _captured(lambda: run_server_inprocess(
+            flat, num_nodes=clients + int(single)))
+        return lines, _masked(lines, out)
+
+    monkeypatch.delenv(console.DIAGNOSTICS_ENV, raising=False)
+    raw, first = printed("a", True)
+    _, second = printed("b", False)
+    assert first == second
+    assert not any("clients" in line or "results" in line or "Stage" in line
+                   or console.NOT_PRIVATE in line for line in raw), raw
+    assert sum("SecAgg+" in line for line in raw) == 1  # one public line says so
+    monkeypatch.setenv(console.DIAGNOSTICS_ENV, "1")
+    raw, first = printed("c", True)
+    _, second = printed("d", False)
+    assert first != second
+    marked = f"INFO {console.NOT_PRIVATE} configure_fit: strategy sampled 31 clients"
+    assert any(line.startswith(marked) for line in raw)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import SMALL
 
 from fedkmeans.config import parse_config
+from fedkmeans.node.secagg import SecAggEncoding
 from fedkmeans.privacy.budget import joint_radius
-from fedkmeans.privacy.clipping import joint_clip_factors
+from fedkmeans.privacy.clipping import clip_stacked, joint_clip_factors
 from fedkmeans.server.aggregation import Fold, RunningSums, folded_sum
+from fedkmeans.server.context import ServerContext
 from fedkmeans.stages import statistic_bounds
 
 
@@ -79,23 +83,99 @@ def test_a_client_within_the_cap_is_not_scaled():
                                   counts[0])
 
 
-def test_the_joint_clip_is_one_lipschitz_in_the_noise_metric():
-    """|clip(x + v) - clip(x)|_w <= |v|_w over random clients at and above the cap."""
-    rng = np.random.default_rng(1)
-    scales = [2.0, 0.5]
-    for _ in range(500):
-        n = rng.integers(1, 40)
-        sums = rng.normal(size=(1, 3, 2)) * n
-        counts = rng.uniform(0, n, size=(1, 3))
-        v_sums = rng.normal(size=(1, 3, 2))
-        v_counts = np.zeros((1, 3))
-        v_counts[0, rng.integers(3)] = 1.0
-        bound = float(rng.uniform(1, 30))
-        out = []
-        for s, c in ((sums, counts), (sums + v_sums, counts + v_counts)):
-            f, (ps, pc) = joint_clip_factors([s, c], scales, bound, [False, True])
-            out.append(np.concatenate([(ps * f[0]).ravel() / scales[0],
-                                       (pc * f[0]).ravel() / scales[1]]))
-        moved = np.linalg.norm(out[1] - out[0])
-        step = math.hypot(np.linalg.norm(v_sums) / scales[0], 1 / scales[1])
-        assert moved <= step * (1 + 1e-12)
+# -- one joint clip on every path (issue 49) ---------------------------------------------
+# At data-point level one point moves the clipped pair by at most L = sqrt((Delta /
+# sigma_s)^2 + (1 / sigma_c)^2) noise standard deviations (fedkmeans.privacy.budget). The
+# same test drives the server's fold (ServerContext.folds, folded_sum) and a node's clip
+# before its noise shares (NodeData.secagg_clipped, whose share scales are the releases'
+# sigma over sqrt(n_min)); the node's former second clip (the counts in l1 to R sigma_c)
+# breaks the bound.
+DELTA, B, K, D = 4.0, 40, 4, 8  # SMALL: data-radius 4, max-points-per-client 40, k = d/2
+SIGMA = {"sums": 30.0, "counts": 7.0}
+N_MIN = 12  # a SecAgg round of 12 asked clients: shares sigma / sqrt(12)
+
+
+def _central(rows):
+    config = parse_config(SMALL)
+    releases = {f"lloyds-1/{n}": SimpleNamespace(mechanism="gaussian", noise_scale=s)
+                for n, s in SIGMA.items()}
+    folds = ServerContext.folds(SimpleNamespace(config=config, releases=releases),
+                                "lloyds-1", rows)
+    return {n: folded_sum(rows, n, folds) for n in rows}
+
+
+def _node(rows, *, second_l1_clip=False):
+    node = SecAggEncoding()
+    node.config = parse_config(SMALL)
+    shares = {n: s / math.sqrt(N_MIN) for n, s in SIGMA.items()}
+    clipped = node.secagg_clipped(rows, shares)
+    if second_l1_clip:  # what the node did before issue 49, after the projection
+        bounds = statistic_bounds(node.config.privacy)
+        radius = math.hypot(bounds["sums"].server_bound / SIGMA["sums"],
+                            bounds["counts"].server_bound / SIGMA["counts"])
+        clipped["counts"] = clip_stacked(clipped["counts"], radius * SIGMA["counts"],
+                                         "l1_nonnegative")
+    return {n: v.sum(axis=0) for n, v in clipped.items()}
+
+
+def _client(points, centers):
+    """One client's cluster sums and counts (nearest center), rows of shape (1, ...)."""
+    labels = np.argmin(((points[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
+    sums = np.zeros((K, D))
+    np.add.at(sums, labels, points)
+    return sums[None], np.bincount(labels, minlength=K).astype(float)[None]
+
+
+def _whitened_change(a, b):
+    return math.hypot(np.linalg.norm(a["sums"] - b["sums"]) / SIGMA["sums"],
+                      np.linalg.norm(a["counts"] - b["counts"]) / SIGMA["counts"])
+
+
+L = math.hypot(DELTA / SIGMA["sums"], 1.0 / SIGMA["counts"])
+
+
+def _neighbours(rng, centers):
+    n = int(rng.choice([1, B // 2, B, 2 * B, 4 * B, 8 * B, 16 * B]))
+    scale = rng.choice([0.0, 0.01, 0.1, 1.0])
+    points = rng.normal(size=(n, D))
+    points *= DELTA * scale * rng.uniform(0, 1, (n, 1)) / np.linalg.norm(points, axis=1,
+                                                                          keepdims=True)
+    new = rng.normal(size=(1, D))
+    new *= DELTA / np.linalg.norm(new)
+    out = dict(zip(("sums", "counts"), _client(points, centers), strict=True))
+    into = dict(zip(("sums", "counts"), _client(np.vstack([points, new]), centers),
+                    strict=True))
+    return out, into
+
+
+@pytest.mark.parametrize("path", [_central, _node])
+def test_one_point_moves_the_clipped_pair_by_at_most_L_on_both_paths(path):
+    rng = np.random.default_rng(49)
+    centers = np.eye(K, D) * DELTA
+    worst = 0.0
+    for _ in range(400):
+        out, into = _neighbours(rng, centers)
+        worst = max(worst, _whitened_change(path(out), path(into)) / L)
+    assert worst <= 1.0 + 1e-9
+    # the random clients reach the bound's neighbourhood (the test is not vacuous)
+    assert worst >= 0.9
+
+
+def test_the_node_and_the_server_clip_alike_and_a_second_l1_clip_breaks_the_bound():
+    """Hand-built: ``ceil(R sigma_c)`` points at the origin (cluster 0: ties go to the
+    first center) gain one at ``Delta e_1`` (cluster 1). The projection moves the pair
+    by at most L; clipping the counts again in l1 moves them by about sqrt(2) ``R
+    sigma_c / (n + 1)`` in l2, past the bound."""
+    bounds = statistic_bounds(parse_config(SMALL).privacy)
+    radius = math.hypot(bounds["sums"].server_bound / SIGMA["sums"],
+                        bounds["counts"].server_bound / SIGMA["counts"])
+    n = math.ceil(radius * SIGMA["counts"])
+    centers = np.eye(K, D) * DELTA
+    points = np.zeros((n, D))
+    out = dict(zip(("sums", "counts"), _client(points, centers), strict=True))
+    into = dict(zip(("sums", "counts"), _client(np.vstack([points, centers[1:2]]), centers),
+                    strict=True))
+    central, node = (_whitened_change(f(out), f(into)) for f in (_central, _node))
+    assert node == pytest.approx(central, rel=1e-12) and central <= L * (1 + 1e-12)
+    legacy = _whitened_change(_node(out, second_l1_clip=True), _node(into, second_l1_clip=True))
+    assert legacy > 1.2 * L

@@ -82,3 +82,28 @@ def test_strict_json_replaces_non_finite_values_with_null_and_a_reason(bad):
     out = strict_json({"a": [1.0, bad], "b": {"c": bad}, "d": "inf"}, "", nulls)
     assert out == {"a": [1.0, None], "b": {"c": None}, "d": "inf"}
     assert set(nulls) == {"a[1]", "b.c"}
+
+
+def test_everything_not_publishable_is_owner_only(tmp_path, monkeypatch):
+    """release.json keeps the usual mode; result.json, diagnostics.json, the checkpoint
+    and the curious server's report are 0600 whatever the umask (issue 49)."""
+    import os
+    import stat
+
+    from fedkmeans.attacks.strategy import CuriousServer
+    from fedkmeans.estimator import FedDPKMeans  # noqa: F401 - the library is importable
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "out"
+        run_server_inprocess({**SMALL, "output-dir": str(out), "attack": "curious"})
+        mode = {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode)
+                for p in out.rglob("*")}
+    finally:
+        os.umask(old)
+    assert mode["release.json"] == 0o644
+    assert mode["result.json"] == mode["diagnostics.json"] == 0o600
+    checkpoint = {name: m for name, m in mode.items() if name.startswith("checkpoint")}
+    assert checkpoint["checkpoint"] == 0o700 and len(checkpoint) > 2
+    assert all(m == 0o600 for name, m in checkpoint.items() if name != "checkpoint")
+    assert "owner-only (0600)" in CuriousServer.__doc__

@@ -41,7 +41,9 @@ from fedkmeans.privacy.distributed import (
     node_contribution,
     quantization_range,
     share_std,
+    smooth_lattice,
 )
+from fedkmeans.privacy.mechanisms import GaussianMechanism
 from fedkmeans.seeding import generator
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import FederationError
@@ -199,7 +201,8 @@ def _flaky(partition, stage=Stage.COLLECT_MASKED_VECTORS):
 def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
     small_config, monkeypatch,
 ):
-    flat = {**small_config, **SECAGG}
+    # reproducible server noise: the smoothing draw of every decoded sum is recomputed
+    flat = {**small_config, **SECAGG, "privacy.reproducible-noise": True}
     # The ClientApp always draws its shares from the CSPRNG (no configuration can fix
     # them); to check the arithmetic bit for bit, this test alone swaps in seeded shares.
     seed = parse_config(flat).seed
@@ -241,16 +244,25 @@ def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
         [generator(config.seed, "noise-share", "init-1/covariance", c) for c in clients],
         symmetric=True,
     )
+    # the server's smoothing draw (sigma / 64) on the decoded sum, from the same path
+    offline = offline + smooth_lattice(
+        np.zeros_like(offline), info["sigma"], info["grid_step"],
+        generator(config.seed, "secagg-smoothing", "init-1/covariance"), symmetric=True)
+    assert info["smoothing_std"] == info["sigma"] / 64
     released = recorder.releases["init-1/covariance"][1]
     error = np.abs(released - offline).max()
-    assert error <= info["max_quantization_error"] + 1e-9
+    # the smoothing draw's own lattice (GaussianMechanism.granularity) adds half a cell
+    cell = GaussianMechanism(info["sigma"], info["smoothing_std"]).granularity
+    assert error <= info["max_quantization_error"] + cell + 1e-9
     assert info["max_quantization_error"] < 1e-6 * info["sigma"]
     np.testing.assert_array_equal(released, released.T)
 
 
 def test_a_node_dropping_after_masking_is_recovered_with_enough_survivors(small_config):
-    # 3 nodes x 4 clients; node 2 dies in every round after the key exchange
-    flat = {**small_config, **SECAGG, "federation.min-replies": 0.6}  # n_min = 8
+    # 3 nodes x 4 clients; node 2 dies in every round after the key exchange. Client
+    # level: at data-point level min-replies < 1 is refused (the next test)
+    flat = {**small_config, **SECAGG, "federation.min-replies": 0.6,  # n_min = 8
+            "privacy.level": "client"}
     recorder = Recorder()
     result = run_server_inprocess(flat, [recorder], app=_flaky(2))
     rounds = result["privacy"]["secagg"]["rounds"]
@@ -272,6 +284,16 @@ def test_a_node_dropping_after_masking_is_recovered_with_enough_survivors(small_
             assert info["sigma_effective"] == pytest.approx(info["sigma"] * math.sqrt(12 / 8))
     assert full["privacy"]["releases"] == result["privacy"]["releases"]
     assert full["privacy"]["epsilon"] == result["privacy"]["epsilon"]
+
+
+def test_dropouts_at_data_point_level_are_refused_in_one_line_naming_the_key(small_config):
+    """n / ceil(0.8 n) of the calibrated variance depends on the private client count."""
+    with pytest.raises(ConfigError, match="federation.min-replies") as refused:
+        parse_config({**small_config, **SECAGG, "federation.min-replies": 0.8})
+    assert "\n" not in str(refused.value) and "'datapoint'" in str(refused.value)
+    parse_config({**small_config, **SECAGG, "federation.min-replies": 0.8,
+                  "privacy.level": "client"})  # zero-out one client: participation is public
+    parse_config({**small_config, "federation.min-replies": 0.8})  # central: no shares
 
 
 def test_too_few_survivors_stop_the_round_before_unmasking(small_config, monkeypatch):
@@ -392,7 +414,10 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
     flat = {"data.dim": 60, "data.components": 6, "k": 6, "data.num-clients": 6,
             "data.points-per-client": 30, "data.server-points-per-component": 10,
             "data.server-uniform-points": 10, "privacy.max-points-per-client": 30,
-            "federation.num-nodes": 3, **SECAGG}
+            "federation.num-nodes": 3, **SECAGG,
+            # the curious server knows its own draws (the smoothing of decoded sums):
+            # reproducible, the same in both runs, so only the shares can hide the sum
+            "privacy.reproducible-noise": True}
     if shares == "fixed":  # the control: what a fixed noise-seed did
         contribution = NodeData.secagg_contribution
 
@@ -446,3 +471,33 @@ def test_the_defaults_complete_under_secagg(small_config, tmp_path, engine):
     assert {"estimate", "init-1", "check"} <= rounds
     assert 0 < result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
     assert "zero-out one client" not in result["privacy"]["accountant"]  # data-point level
+
+
+# -- no client count in the published values (issue 49) ----------------------------------
+def _residue(values, step):
+    ratio = np.ravel(values) / step
+    return float(np.mean(np.abs(ratio - np.rint(ratio))))
+
+
+def test_the_published_value_hides_the_grid_of_n_and_of_n_minus_one():
+    """One node per client, 31 against 30: the decoded sum is an integer times h(n)
+    (the share scale sigma / sqrt(n) and the quantization range of n nodes set h). Its
+    residue modulo h(n) is 0 and modulo h(n - 1) is about 0.25 (uniform): the exact
+    count. The published value (the sigma / 64 smoothing draw added) has the uniform
+    residue's mean, 0.25, for both steps (2,000 entries: standard error 0.0032)."""
+    sigma, reach, rng = 40.0, 6000.0, np.random.default_rng(49)
+    steps = {n: grid_step(reach, share_std(sigma, n), 1, quantization_range(n))
+             for n in (30, 31)}
+    assert steps[30] != steps[31] and max(steps.values()) <= sigma / 128
+    for n, other in ((31, 30), (30, 31)):
+        h = steps[n]
+        decoded = np.rint(rng.normal(0.0, sigma, 2000) / h) * h  # what decode_sum gives
+        assert _residue(decoded, h) < 1e-9 and abs(_residue(decoded, steps[other]) - 0.25) < 0.02
+        published = smooth_lattice(decoded, sigma, h, rng)
+        for step in (h, steps[other]):
+            assert abs(_residue(published, step) - 0.25) < 0.02
+    # the relative density error of the residue at these steps (h <= g / 2): below 1e-30
+    from fedkmeans.privacy.distributed import check_lattice, lattice_residue_error
+    assert lattice_residue_error(max(steps.values()), sigma / 64) < 1e-30
+    with pytest.raises(ValueError, match="federation.num-nodes"):
+        check_lattice(sigma / 100, sigma)  # a step above half the draw is refused

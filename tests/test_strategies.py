@@ -258,6 +258,7 @@ def test_the_curious_wrapper_observes_without_changing_the_run_or_its_release(tm
     assert report["observed_rounds"] == ["init-1", "init-2", "init-3"]
     assert report["ground_truth"].startswith("unavailable")  # the nodes' own data
     assert json.loads((tmp_path / "r.json").read_text()) == report
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o600  # exact counts: not public
     with pytest.raises(TypeError, match="wraps a fedkmeans strategy"):
         CuriousServer(object())
 

@@ -40,7 +40,17 @@ a client that does not clip its points shows it):
   ``Delta e_1`` gains one at ``FAR Delta e_0``; a client at the point cap
   (``max-points-per-client`` points at ``Delta e_1``) gains one at ``FAR Delta e_0``
   -- for histograms and counts the pair that maximises the change through the
-  server's radial l1 clip (:mod:`fedkmeans.privacy.budget`);
+  server's radial l1 clip (:mod:`fedkmeans.privacy.budget`); and, for each joint
+  group's radius ``R`` (whitened, :func:`~fedkmeans.privacy.budget.joint_radius`, in
+  the noise the world's ledger records), two clients whose sums and counts leave the
+  ball in different proportions (:func:`joint_probes`): ``ceil(R sigma_c)`` points at
+  the origin (counts at the ball's edge, no sums) gaining one at ``FAR Delta e_1``, in
+  another cluster -- an extra l1 clip of the counts after the projection moves this
+  pair by up to ``sqrt(2)`` times the counts' share of the bound -- and
+  ``ceil(2^(j/2) B)`` points at ``Delta e_1 / 10`` and at ``Delta e_1 / 100``,
+  ``j = 1..6`` (counts past the cap, sums inside) gaining one at ``FAR Delta e_1``
+  -- a projection taken in another metric (the noise scales swapped) moves some of
+  them by several times the bound;
 * client level: a client joins with one point, and with ``n`` points at
   ``FAR Delta e_0``, ``n = max ceil(2 C / l2) + 1`` over the planned statistics
   (``C`` the client bound, ``l2`` one point's change), so every statistic exceeds
@@ -79,7 +89,7 @@ from fedkmeans.stages import stage_of_round, statistic_bounds
 
 __all__ = [
     "FAR", "LEVELS", "AuditSetup", "Probe", "SensitivityRow", "WorldRun", "broadcast",
-    "planned_releases", "probes", "run_world", "sensitivity_audit",
+    "joint_probes", "planned_releases", "probes", "run_world", "sensitivity_audit",
 ]
 
 LEVELS = ("datapoint", "client")
@@ -93,6 +103,10 @@ _REL_SLACK = 1e-9
 _SECAGG_NOISE = 1e-5
 #: Standard deviations of noise allowed for in a SecAgg row's tolerance.
 _SECAGG_TAIL = 12.0
+#: Norms of the joint probes' points past the cap, as fractions 1 / scale of Delta.
+_JOINT_SCALES = (10, 100)
+#: Largest client a joint probe writes (points; a larger one is left out).
+_MAX_PROBE_POINTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -208,7 +222,7 @@ def probes(setup: AuditSetup, plan: Iterable[Release]) -> list[Probe]:
         others[cid] = x * np.minimum(1.0, 0.99 * radius / np.linalg.norm(x, axis=1))[:, None]
     if setup.level == "datapoint":
         cap = np.repeat(unit[1:2], setup.max_points, axis=0)
-        return [
+        return [*joint_probes(setup, plan, others),
             Probe("new-client", "a client of one point (raw norm FAR Delta) joins",
                   dict(others), {**others, _TARGET: far}),
             Probe("one-point", "a client of one point at Delta e_1 gains one at FAR Delta e_0",
@@ -226,6 +240,58 @@ def probes(setup: AuditSetup, plan: Iterable[Release]) -> list[Probe]:
               "above its client bound) joins", dict(others),
               {**others, _TARGET: np.repeat(far, n, axis=0)}),
     ]
+
+
+def joint_probes(setup: AuditSetup, plan: Iterable[Release],
+                 others: dict[int, np.ndarray]) -> list[Probe]:
+    """The data-point probes of every joint group's radius (module docstring).
+
+    For each joint round of ``plan`` (a stage's cluster sums and counts), the clipped
+    pair's radius ``R`` in the noise the world records (the plan's; under SecAgg the
+    audit's turned-down noise, ``sensitivity * 1e-5``) gives the client sizes
+    ``ceil(R sigma_c)``, at which the counts of points at the origin reach the ball;
+    clients of points of norm ``Delta / 10`` and ``Delta / 100`` come in a ladder of
+    sizes past the cap.
+    """
+    from fedkmeans.privacy.budget import joint_radius
+
+    config = setup.config()
+    bounds = statistic_bounds(config.privacy)
+    by_round: dict[str, dict[str, float]] = {}
+    for planned in plan:
+        name = planned.stage.rsplit("/", 1)[1]
+        if name in bounds and bounds[name].joint:
+            std = (planned.sensitivity * _SECAGG_NOISE if setup.aggregation == "secagg"
+                   else registry.mechanism(planned.mechanism).std(planned.noise_scale))
+            by_round.setdefault(planned.group, {})[name] = std
+    sizes: set[tuple[str, int]] = set()
+    for stds in by_round.values():
+        if set(stds) != {"sums", "counts"}:
+            continue
+        radius = joint_radius([bounds["sums"], bounds["counts"]],
+                              [stds["sums"], stds["counts"]])
+        sizes.add(("counts", math.ceil(radius * stds["counts"])))
+    # where a projection in another metric starts to bite is not the ball's edge: a
+    # ladder of sizes past the cap, a factor sqrt(2) apart
+    sizes.update((f"sums-{scale}", math.ceil(setup.max_points * 2 ** (j / 2)))
+                 for j in range(1, 7) for scale in _JOINT_SCALES)
+    unit = np.eye(setup.dim) * setup.data_radius
+    out = []
+    for kind, n in sorted(sizes):
+        if n > _MAX_PROBE_POINTS:
+            continue
+        if kind == "counts":
+            client, gained = np.zeros((n, setup.dim)), unit[1:2] * FAR
+            text = (f"a client of {n} points at the origin (its counts at the joint clip's "
+                    "radius) gains one at FAR Delta e_1, in another cluster")
+        else:
+            scale = int(kind.rsplit("-", 1)[1])
+            client, gained = np.repeat(unit[1:2] / scale, n, axis=0), unit[1:2] * FAR
+            text = (f"a client of {n} points at Delta e_1 / {scale} (counts past the cap, "
+                    "sums inside) gains one at FAR Delta e_1")
+        out.append(Probe(f"joint-{kind}-{n}", text, {**others, _TARGET: client},
+                         {**others, _TARGET: np.vstack([client, gained])}))
+    return out
 
 
 class _Recorder(RunObserver):
@@ -326,6 +392,8 @@ def run_world(
                        observers=[recorder], settings=client_settings(config),
                        progress=False, secagg=secagg)
     ctx.streaming = streaming
+    if secagg:  # the noise is turned down: the lattice guard of a real run would refuse
+        pool.secagg.lattice_guard = False
     arrays = broadcast(setup)
     replies, errors, tolerance = {}, {}, {}
     for group in dict.fromkeys(r.group for r in releases):

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid, PrivacySpent
 from flwr.serverapp.strategy import Strategy
 
 from fedkmeans.server.observer import attack
+from fedkmeans.spill_files import write_owner_only
 from fedkmeans.strategies import KMeansResult, KMeansStrategy
 
 __all__ = ["CuriousServer"]
@@ -36,13 +37,17 @@ class CuriousServer(Strategy):
     strategy : KMeansStrategy
         The strategy to run (its config, rounds and release are untouched).
     report_path : str or Path, optional
-        Where to write the report as JSON (0600 is not needed: it holds success
-        metrics, never a data value). None: only :attr:`report`.
+        Where to write the report as JSON, owner-only (0600): it is not publishable. It
+        holds the attacks' success metrics on the clients' replies and exact counts
+        computed from them (``clients_observed``, the numbers of members and
+        non-members scored), which differ between neighbouring federations. None: only
+        :attr:`report`.
 
     Attributes
     ----------
     report : dict or None
-        After :meth:`start`: the curious server's report (not private; no data values).
+        After :meth:`start`: the curious server's report (not private: attack scores
+        and exact counts of what it observed).
     """
 
     def __init__(self, strategy: KMeansStrategy, report_path: str | Path | None = None) -> None:
@@ -64,7 +69,7 @@ class CuriousServer(Strategy):
         self.report = reports[0] if len(reports) == 1 else {"observers": reports}
         if self.report_path is not None:
             self.report_path.parent.mkdir(parents=True, exist_ok=True)
-            self.report_path.write_text(json.dumps(self.report, indent=2, default=_plain))
+            write_owner_only(self.report_path, json.dumps(self.report, indent=2, default=_plain))
         return result
 
     # Flower's hooks and the privacy report are the wrapped strategy's.

@@ -24,6 +24,10 @@ before data binding, or a damaged file — is refused with a
 ledger already spent, and the next step: move it aside (``mv`` or
 :meth:`Checkpoint.move_aside`), which keeps the record of the budget already spent.
 Never delete a checkpoint: its ledger is the only record of what was released.
+
+It is not publishable: its directory is owner-only (0700) and every file in it 0600
+(the rounds' outputs, the ledger, the resolved plan, and the sha256 of the data files,
+which identifies the private data).
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ from fedkmeans.fingerprint import (
     file_sha256,
 )
 from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.spill_files import owner_only, private_dir, write_owner_only
 
 __all__ = ["PLAN_FREE_ROUNDS", "STATE_FILE", "STATE_FORMAT", "Checkpoint",
            "CheckpointCorruptError", "CheckpointDataMismatchError", "CheckpointMismatchError"]
@@ -231,13 +236,14 @@ class Checkpoint:
         non_private: list[str],
     ) -> None:
         """Record round ``name`` and the ledger; files are replaced atomically."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory, exist_ok=True)
         self.rounds[name] = outputs
         self.ledger = accountant.state_dict()
         self.non_private = list(non_private)
         array_path = self.directory / f"{round_file_name(name)}.npz"
         tmp = array_path.with_suffix(".tmp.npz")
         np.savez(tmp, **outputs)
+        owner_only(tmp)  # a round's outputs and the ledger: for this run only
         self.round_files[name] = {
             "sha256": file_sha256(tmp),
             "bytes": tmp.stat().st_size,
@@ -248,7 +254,7 @@ class Checkpoint:
 
     def save_plan(self, plan: dict[str, Any]) -> None:
         """Record the run's resolved plan (JSON-serialisable) before its protocol rounds."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory, exist_ok=True)
         self.plan = plan
         self._write_state()
 
@@ -266,6 +272,5 @@ class Checkpoint:
             "non_private": self.non_private,
             "plan": self.plan,
         }
-        tmp_state = self.directory / (STATE_FILE + ".tmp")
-        tmp_state.write_text(json.dumps(state))
-        os.replace(tmp_state, self.directory / STATE_FILE)
+        # the state holds the data files' sha256 and the plan: owner-only (0600)
+        write_owner_only(self.directory / STATE_FILE, json.dumps(state))

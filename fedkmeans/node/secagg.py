@@ -3,11 +3,12 @@
 Under ``privacy.aggregation = secagg`` every client also applies the server's bound
 (the server sees only the node's masked sum, so it cannot clip one client) and adds
 its own noise share, and the node sends only the sum over its clients, encoded on the
-SecAgg+ integer grid (:mod:`fedkmeans.privacy.distributed`). The statistics of a joint
-group (a stage's cluster sums and counts at data-point level) are clipped by one
-factor per client, exactly as the server's fold clips them
-(:func:`fedkmeans.privacy.budget.joint_radii`, :func:`fedkmeans.privacy.clipping.
-joint_clip_factors`); every bound and share comes from the round's plan.
+SecAgg+ integer grid (:mod:`fedkmeans.privacy.distributed`). Every statistic is clipped
+by :func:`fedkmeans.privacy.server_clip.server_clip`, the function the central server's
+fold uses too: the statistics of a joint group (a stage's cluster sums and counts at
+data-point level) by one factor per client, the projection in the noise's metric, and
+nothing after it; every other statistic by its own server bound. Every bound and share
+comes from the round's plan.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fedkmeans.privacy.budget import joint_groups, joint_radii, reachable_bounds
-from fedkmeans.privacy.clipping import joint_clip_factors
+from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
+from fedkmeans.privacy.server_clip import server_clip
 from fedkmeans.stages import statistic_bounds
 
 
@@ -69,16 +70,8 @@ class SecAggEncoding:
         """
         bounds = statistic_bounds(self.config.privacy)
         stds = {name: share_stds[name] for name in stats}
-        reach = reachable_bounds(bounds, stds)
-        radii = joint_radii(bounds, stds)
-        stats = dict(stats)
-        for group in joint_groups(bounds, list(stats)):  # the server's joint clip
-            radius = radii[group[0]]
-            factors, clamped = joint_clip_factors(
-                [stats[n] for n in group], [share_stds[n] for n in group], radius,
-                [bounds[n].norm == "l1_nonnegative" for n in group])
-            stats.update({n: c * factors.reshape(-1, *([1] * (c.ndim - 1)))
-                          for n, c in zip(group, clamped, strict=True)})
+        reach = reachable_bounds(bounds, stds)  # sizes the shares' lattice, as before
+        stats = self.secagg_clipped(stats, stds)
         out = []
         for name, values in stats.items():
             stage = f"{round_name}/{name}"
@@ -86,10 +79,33 @@ class SecAggEncoding:
                 secure_generator() if share_rng is None else share_rng(stage, int(c))
                 for c in clients
             ]
-            total = node_contribution(
+            total = node_contribution(  # clipped as the server would: no second clip
                 values, reach[name], bounds[name].norm, share_stds[name], rngs,
-                symmetric=name == "covariance",
+                symmetric=name == "covariance", already_clipped=True,
             )
             out.append(encode(total, steps[name], q_range))
         return out
 
+    def secagg_clipped(
+        self, stats: dict[str, np.ndarray], stds: dict[str, float]
+    ) -> dict[str, np.ndarray]:
+        """Each client's statistics clipped exactly as the central server clips them.
+
+        :func:`fedkmeans.privacy.server_clip.server_clip` with the run's bounds; the joint
+        groups' metric is given by the share scales ``stds``, a common multiple of the
+        releases' noise standard deviations (every share is ``sigma / sqrt(n_min)``), so
+        the clip is the central one.
+
+        Parameters
+        ----------
+        stats : dict of str to ndarray of shape (m, ...)
+            One row per asked client (only read).
+        stds : dict of str to float
+            Per statistic, its share's standard deviation.
+
+        Returns
+        -------
+        dict of str to ndarray of shape (m, ...)
+        """
+        bounds = statistic_bounds(self.config.privacy)
+        return server_clip(stats, bounds, stds)

@@ -19,8 +19,14 @@ the effective ``sigma_eff = sigma sqrt(n_surv / n_min) >= sigma``: the spent eps
 is at most the calibrated one. Clients colluding with the server know their own
 shares: the guarantee survives up to ``n_surv - n_min`` such clients.
 
-Neighbouring relation. Data-point level: add or remove one point (the participating
-clients are the same in both worlds). Client level: *zero-out* — the client's
+Neighbouring relation. Data-point level: add or remove one point. When the point is its
+client's only one, the client (and, one node per client, its node) takes part in one
+world only, so ``n`` itself is private: with ``min-replies < 1`` the summed variance
+``sigma^2 n / ceil(min-replies n)`` would depend on it, and two Gaussians of different
+variances have unbounded privacy loss, so :class:`fedkmeans.config.FederationConfig`
+refuses ``min-replies < 1`` under SecAgg at data-point level (with ``min-replies = 1``,
+``n_min = n`` and the shares sum to exactly ``sigma^2``); the grid step also depends on
+``n``, which :func:`smooth_lattice` hides. Client level: *zero-out* — the client's
 statistic is replaced by zero while it still takes part (SecAgg reveals which nodes
 took part, so participation itself is never hidden from the server); the sensitivity
 is the same clipping bound as add/remove.
@@ -40,6 +46,26 @@ clipping bound (it bounds every entry) and ``s`` the share's standard deviation.
 nodes) and ``Q <= 2^30`` (Flower casts to int32). The server recovers the exact
 integer sum, hence ``sum_i rint(v_i / h) h``: the error is at most ``N h / 2`` per
 entry (each node rounds once), measured in ``docs/secagg.md``.
+
+No client count in the published value
+--------------------------------------
+The decoded sum is an integer times ``h``, and ``h`` depends on the round's layout and
+on ``n`` (through ``s`` and ``Q``). Published as it is, ``value / h(n)`` would be an
+integer for the true ``n`` and not for ``n - 1``: a reader of ``release.json`` who can
+compute ``h`` from public settings would learn the exact number of clients, which at
+data-point level is private (removing a client's only point removes the client). The
+server therefore publishes ``Y = X + N(0, g^2)`` (:func:`smooth_lattice`), where ``X`` is
+the decoded sum and ``g = sigma / 64`` (:data:`LATTICE_SMOOTHING`) depends only on the
+release's ``sigma``, which the ledger publishes and which does not depend on ``n``. For
+any step ``h' <= g / 2`` (``h(n)``, ``h(n - 1)`` or another) the residue of ``Y`` modulo
+``h'`` is uniform up to a relative density error ``2 sum_{j >= 1} exp(-2 pi^2 j^2 g^2 /
+h'^2) < 2.4e-34`` (Poisson summation: a lattice of step ``h`` smoothed by a Gaussian of
+standard deviation ``g`` has density ``(1/h)(1 + 2 sum_j exp(-2 pi^2 j^2 g^2 / h^2)
+cos(2 pi j y / h))``; ``X mod h'`` adds an independent shift to a near-uniform
+residue). The server refuses a round whose step exceeds ``g / 2``
+(:func:`check_lattice`) before any node is asked. The draw is data-independent
+post-processing of the accounted release: it costs no privacy, and adds
+``(1/64)^2 = 2.4e-4`` of the calibrated variance.
 
 What the accountant covers: the continuous distributed Gaussian mechanism above. The
 rounding to the grid (at most ``N h / 2`` per entry, many orders of magnitude below
@@ -63,8 +89,11 @@ from fedkmeans.privacy.clipping import clip_stacked
 from fedkmeans.privacy.mechanisms import GaussianMechanism
 
 __all__ = [
+    "LATTICE_SMOOTHING",
     "MODULUS_RANGE",
     "TAIL_SIGMAS",
+    "check_lattice",
+    "lattice_residue_error",
     "decode_sum",
     "effective_sigma",
     "encode",
@@ -73,6 +102,7 @@ __all__ = [
     "node_contribution",
     "quantization_range",
     "share_std",
+    "smooth_lattice",
     "tail_probability",
 ]
 
@@ -82,6 +112,9 @@ MODULUS_RANGE = 2**32
 MAX_QUANTIZATION_RANGE = 2**30
 #: Noise draws beyond this many standard deviations are clipped to the encoding range.
 TAIL_SIGMAS = 12.0
+#: Standard deviation of the server's smoothing draw, in units of the release's sigma
+#: (module docstring, "No client count in the published value").
+LATTICE_SMOOTHING = 2.0**-6
 
 
 def min_survivors(num_asked: int, min_replies: float) -> int:
@@ -191,6 +224,7 @@ def node_contribution(
     rngs: Sequence[np.random.Generator],
     *,
     symmetric: bool = False,
+    already_clipped: bool = False,
 ) -> NDArray[np.float64]:
     """Sum over a node's clients of (clipped statistic + the client's noise share).
 
@@ -199,7 +233,8 @@ def node_contribution(
     stats : ndarray of shape (m, ...)
         One statistic per asked client of the node, in increasing client id.
     bound : float
-        Per-client clipping bound (the server's bound in central mode).
+        Per-client clipping bound (the server's bound in central mode), or the largest
+        norm a statistic has after the server's clip (``already_clipped``).
     norm : {"l2", "l1_nonnegative"}
         Norm of the per-client clip.
     noise_std : float
@@ -208,6 +243,10 @@ def node_contribution(
         One generator per client (its own seed path), same order as ``stats``.
     symmetric : bool
         Draw symmetric noise for (d, d) matrices (FedDP-Init step 1).
+    already_clipped : bool
+        ``stats`` were clipped as the server clips them
+        (:func:`fedkmeans.privacy.server_clip.server_clip`, what a node does): no second
+        clip, which could move a joint group's pair further than its bound.
 
     Returns
     -------
@@ -217,7 +256,7 @@ def node_contribution(
     stats = np.asarray(stats, dtype=np.float64)
     if len(rngs) != stats.shape[0]:
         raise ValueError(f"need one generator per client: {len(rngs)} for {stats.shape[0]}")
-    clipped = clip_stacked(stats, bound, norm)
+    clipped = stats if already_clipped else clip_stacked(stats, bound, norm)
     mechanism = GaussianMechanism(sensitivity=bound, noise_scale=noise_std)
     total = np.zeros(stats.shape[1:], dtype=np.float64)
     for row, rng in zip(clipped, rngs, strict=True):
@@ -247,3 +286,72 @@ def decode_sum(
     """
     total_k = np.rint(np.asarray(mean, dtype=np.float64) * num_nodes * (q_range / 2.0))
     return total_k * step
+
+
+def lattice_residue_error(step: float, smoothing: float) -> float:
+    """Relative density error of a residue modulo ``step`` after the smoothing draw.
+
+    ``2 sum_{j >= 1} exp(-2 pi^2 j^2 (smoothing / step)^2)`` (module docstring): how far
+    from uniform the residue of the published value modulo ``step`` can be.
+    """
+    ratio = smoothing / step
+    return float(2.0 * sum(math.exp(-2.0 * math.pi**2 * j * j * ratio * ratio)
+                           for j in range(1, 50)))
+
+
+def check_lattice(step: float, sigma: float) -> float:
+    """The smoothing standard deviation ``g = sigma / 64``, once ``step <= g / 2`` holds.
+
+    Raises
+    ------
+    ValueError
+        The grid step of a release exceeds half its smoothing draw: the published value
+        could still show the lattice.
+    """
+    smoothing = sigma * LATTICE_SMOOTHING
+    if not step <= smoothing / 2.0:
+        raise ValueError(
+            f"the SecAgg+ grid step {step:.3g} exceeds half the smoothing draw "
+            f"{smoothing:.3g} (sigma / 64) of its release: the decoded value would show "
+            "the lattice; use fewer nodes (federation.num-nodes) or a smaller "
+            "privacy.max-points-per-client")
+    return smoothing
+
+
+def smooth_lattice(
+    decoded: NDArray[np.floating], sigma: float, step: float, rng: np.random.Generator,
+    *, symmetric: bool = False, guard: bool = True,
+) -> NDArray[np.float64]:
+    """What the server publishes of a decoded SecAgg sum: ``decoded + N(0, g^2)``.
+
+    ``g = sigma * LATTICE_SMOOTHING`` depends on the release's ``sigma`` only (module
+    docstring); symmetric noise for a (d, d) matrix keeps it symmetric.
+
+    Parameters
+    ----------
+    decoded : ndarray
+        :func:`decode_sum`'s value: an integer times ``step`` per entry.
+    sigma : float
+        The release's calibrated noise standard deviation (the ledger's).
+    step : float
+        The round's grid step, at most ``g / 2`` (:func:`check_lattice`).
+    rng : numpy.random.Generator
+        The server's private randomness.
+    symmetric : bool
+        Draw symmetric noise for a (d, d) matrix.
+    guard : bool
+        Refuse a step above ``g / 2`` (:func:`check_lattice`). Only the deterministic
+        sensitivity audit turns it off: it turns the noise down to measure changes, not
+        to publish anything.
+
+    Returns
+    -------
+    ndarray
+        A new array.
+    """
+    smoothing = check_lattice(step, sigma) if guard else sigma * LATTICE_SMOOTHING
+    # the sensitivity only sizes the draw's lattice inflation (negligible): sigma's
+    mechanism = GaussianMechanism(sensitivity=sigma, noise_scale=smoothing)
+    value = np.asarray(decoded, dtype=np.float64)
+    return mechanism.add_symmetric_noise(value, rng) if symmetric else mechanism.add_noise(
+        value, rng)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
+from fedkmeans.privacy import clipping
 from fedkmeans.privacy.clipping import (
     clip_factors,
     clip_stacked,
-    joint_clip_factors,
     triangle_weights,
 )
 
@@ -100,7 +100,8 @@ def joint_factors(
             groups.setdefault(fold.joint, []).append(name)
     factors, prepared = {}, {}
     for names in groups.values():
-        common, clamped = joint_clip_factors(
+        # the one joint clip of both aggregations (server_clip.server_clip on a node)
+        common, clamped = clipping.joint_clip_factors(
             [rows[n] for n in names], [folds[n].scale for n in names], folds[names[0]].bound,
             [folds[n].norm == "l1_nonnegative" for n in names])
         factors.update({n: common for n in names})

@@ -121,9 +121,11 @@ class ClientPool:
                 + ", ".join(f"node {n}: d={d}" for n, d in sorted(dims.items()))
             )
         self.dim = next(iter(dims.values()))
-        nodes = f"{len(replies)} node{'s' if len(replies) != 1 else ''}"  # as started
-        say(LOG, f"registered {nodes} (d={self.dim})", f"registered "
-            f"{len(self.node_clients)} nodes hosting {hosted} clients (d={self.dim})")
+        # with one node per client (a file's default layout) the number of nodes is the
+        # exact client count: a diagnostic, like the clients they host
+        say(LOG, f"registered the nodes (d={self.dim}; how many: diagnostics.json)",
+            f"registered {len(self.node_clients)} nodes hosting {hosted} clients "
+            f"(d={self.dim})")
 
     @property
     def client_ids(self) -> np.ndarray:

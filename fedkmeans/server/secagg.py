@@ -53,19 +53,24 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedkmeans import wire
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.console import diagnostics_on_console, say
+from fedkmeans.console import diagnostics_on_console, quiet_flower_secagg, say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import (
+    LATTICE_SMOOTHING,
     MODULUS_RANGE,
+    check_lattice,
     decode_sum,
     effective_sigma,
     grid_step,
+    lattice_residue_error,
     min_survivors,
     quantization_range,
     share_std,
+    smooth_lattice,
     tail_probability,
 )
+from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.privacy.registry import mechanism
 from fedkmeans.server.pool import ClientPool, FederationError
 from fedkmeans.server.replies import Replies
@@ -181,11 +186,21 @@ class SecAggAggregator:
         parameters, and per statistic ``sigma``, the share scale, the effective
         ``sigma``, the grid step and the worst-case quantization error. Written to
         ``result.json`` under ``privacy.secagg``.
+    randomness : PrivateRandomness
+        The server's private randomness (the run's): the smoothing draw added to every
+        decoded sum (:func:`~fedkmeans.privacy.distributed.smooth_lattice`), so that no
+        published value sits on the n-dependent grid.
     """
 
     config: ExperimentConfig
     releases: dict[str, Release]
+    randomness: PrivateRandomness = field(default_factory=PrivateRandomness)
     rounds: list[dict] = field(default_factory=list)
+    #: Refuse a round whose grid step exceeds half its smoothing draw
+    #: (:func:`~fedkmeans.privacy.distributed.check_lattice`). Only the deterministic
+    #: sensitivity audit, which turns the noise down to 1e-5 of the sensitivity, sets it
+    #: False.
+    lattice_guard: bool = True
 
     def aggregate(
         self,
@@ -228,6 +243,7 @@ class SecAggAggregator:
             threshold or below ``n_min`` surviving clients).
         """
         start = time.perf_counter()
+        quiet_flower_secagg()  # Flower's lines count the nodes (fedkmeans.console)
         summable = summable_statistics()
         unknown = sorted(set(expected) - set(summable))
         if unknown:
@@ -261,10 +277,18 @@ class SecAggAggregator:
                     "noise needs Gaussian shares (privacy.count-noise='gaussian' or 'auto')"
                 )
             s = shares[name]
+            step = grid_step(reach[name], s, m_max, q_range)
+            try:  # before any node is asked: the published value must hide the grid
+                smoothing = check_lattice(step, release.noise_scale) if self.lattice_guard \
+                    else release.noise_scale * LATTICE_SMOOTHING
+            except ValueError as exc:
+                raise FederationError(f"round '{round_name}', '{name}': {exc}") from None
             per_stat[name] = {
                 "sigma": release.noise_scale,
                 "share_std": s,
-                "grid_step": grid_step(reach[name], s, m_max, q_range),
+                "grid_step": step,
+                "smoothing_std": smoothing,
+                "residue_density_error": lattice_residue_error(step, smoothing),
             }
         names = sorted(arrays)
         fitins = {}
@@ -311,6 +335,12 @@ class SecAggAggregator:
         for name, mean in zip(stats, bridge.mean, strict=True):
             info = per_stat[name]
             total = decode_sum(mean, n_nodes, info["grid_step"], q_range)
+            # the decoded sum lies on the grid h, which depends on the client count: the
+            # published value carries a smoothing draw of sigma / 64 (distributed.py)
+            total = smooth_lattice(
+                total.reshape(expected[name]), info["sigma"], info["grid_step"],
+                self.randomness.generator("secagg-smoothing", f"{round_name}/{name}"),
+                symmetric=name == "covariance", guard=self.lattice_guard)
             totals[name] = total.reshape((1, *expected[name]))
             info["sigma_effective"] = effective_sigma(info["sigma"], n_min, n_surv)
             info["max_quantization_error"] = n_nodes * info["grid_step"] / 2.0
@@ -337,9 +367,11 @@ class SecAggAggregator:
             "seconds": seconds,
             "statistics": per_stat,
         })
-        # participation and n_min (from the number of asked clients) are diagnostics
-        say(LOG, f"round '{round_name}': SecAgg+ sum unmasked (participation: "
-            "diagnostics.json, secagg.rounds)",
+        # participation and n_min (from the number of asked clients) are diagnostics;
+        # the public console says once that the rounds are summed with SecAgg+
+        say(LOG, None if len(self.rounds) > 1 else (
+            "secure aggregation: every protocol round is summed with SecAgg+ "
+            "(participation: diagnostics.json, privacy.secagg.rounds)"),
             f"round '{round_name}': SecAgg+ over {n_nodes}/{len(nodes)} nodes, "
             f"{n_surv}/{n_asked} clients (n_min {n_min}), {seconds:.2f} s")
         return Replies(

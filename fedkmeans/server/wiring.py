@@ -56,5 +56,5 @@ def wire_context(
     if secagg:  # clients add noise shares, SecAgg+ sums
         from fedkmeans.server.secagg import SecAggAggregator
 
-        pool.secagg = SecAggAggregator(config, ctx.releases)
+        pool.secagg = SecAggAggregator(config, ctx.releases, ctx.private_randomness)
     return ctx
