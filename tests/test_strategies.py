@@ -375,4 +375,4 @@ def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
     assert progress and progress[-1].endswith(f"({len(progress)}/{len(progress)})")
     summary = [line for line in lines if line.startswith("[summary] feddp-kmeans: returned ")]
     assert len(summary) == 1 and "epsilon" in summary[0] and "wrote" not in summary[0]
-    assert any(line == "registered 3 nodes (d=8)" for line in lines)
+    assert any(line == "registered the nodes (d=8; how many: diagnostics.json)" for line in lines)
