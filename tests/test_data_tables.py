@@ -121,7 +121,7 @@ def test_the_cli_reads_a_relative_csv_path(tmp_path):
     _write(_frame(), tmp_path / "data.csv")
     proc = subprocess.run(
         [sys.executable, "-m", "fedkmeans.experiment", *RUN, "data.path=data.csv",
-         "data.server-fraction=0.1", "partitioner=iid"],
+         "data.server-fraction=0.1", *_split("iid")],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(Path(proc.stdout.strip().splitlines()[-1]).read_text())
