@@ -40,7 +40,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from results_table import write_tables
 
 from fedkmeans import client_app
-from fedkmeans.artefacts import release_view
+from fedkmeans.artefacts import release_leaves, release_view
 from fedkmeans.config import parse_config
 from fedkmeans.data import _npz_version
 from fedkmeans.data.npz import save_npz
@@ -121,20 +121,6 @@ def residue(values: np.ndarray, step: float) -> float:
     return float(np.mean(np.abs(ratio - np.rint(ratio))))
 
 
-def _leaves(value, prefix=""):
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list):
-        out = {f"{prefix}#len": len(value)}
-        for i, item in enumerate(value):
-            out.update(_leaves(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
-
-
 def play(runs: int, smoothing: bool, workdir: Path) -> dict:
     """``runs`` runs a world; the residue guess and the deterministic fields compared."""
     original = distributed.smooth_lattice
@@ -151,7 +137,7 @@ def play(runs: int, smoothing: bool, workdir: Path) -> dict:
             for i in range(runs):
                 result, published, release = one_run(data, clients,
                                                       workdir / f"{world}-{smoothing}-{i}")
-                releases[world].append(_leaves(release))
+                releases[world].append(release_leaves(release))
                 rounds = {r["round"]: r for r in result["privacy"]["secagg"]["rounds"]}
                 own = alt = 0.0
                 check_own = check_alt = None

@@ -100,6 +100,26 @@ def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, A
 FILE_CONFIG_KEYS = ("data.path", "data.server-path")
 
 
+def release_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a release (or any JSON value) by its dotted path.
+
+    ``{"check": {"clip": 2.0}, "centers": [[1.0]]}`` gives ``{"check.clip": 2.0,
+    "centers#len": 1, "centers[0]#len": 1, "centers[0][0]": 1.0}``: two releases are
+    compared field by field (the neighbouring-federation tests and benchmarks).
+    """
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(release_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list):
+        out = {f"{prefix}#len": len(value)}
+        for i, item in enumerate(value):
+            out.update(release_leaves(item, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
 def published_config(flat: dict[str, Any]) -> dict[str, Any]:
     """The settings that shaped this run: only the ``data.*`` keys its data set reads.
 

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from fedkmeans.artefacts import release_leaves
 from fedkmeans.data import _npz_version
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run
@@ -36,20 +37,6 @@ def _write(path, clients: int, last_size: int = 30) -> None:
     _npz_version.cache_clear()
 
 
-def _leaves(value, prefix=""):
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            out.update(_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list):
-        out = {f"{prefix}#len": len(value)}
-        for i, item in enumerate(value):
-            out.update(_leaves(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
-
-
 def _release(tmp_path, data, clients, name, extra, last_size: int = 30):
     _write(data, clients, last_size)
     out = tmp_path / name
@@ -60,7 +47,7 @@ def _release(tmp_path, data, clients, name, extra, last_size: int = 30):
     run(["dataset=npz", f"data.path={data}", *level, "privacy.epsilon=4",
          "k=3", "federation.num-nodes=3", f"output-dir={out}",
          *(e for e in extra if e != "datapoint")])
-    return _leaves(json.loads((out / "release.json").read_text()))
+    return release_leaves(json.loads((out / "release.json").read_text()))
 
 
 @pytest.mark.parametrize("extra", [
@@ -131,7 +118,7 @@ def test_secagg_one_only_point_removed_with_one_node_per_client(tmp_path):
         (tmp_path / "federation.npz").write_bytes(data.read_bytes())  # one public path
         _npz_version.cache_clear()
         result = run_server_inprocess(flat, num_nodes=clients)
-        return _leaves(release_view(json.loads(json.dumps(result)), seed_is_secret=True))
+        return release_leaves(release_view(json.loads(json.dumps(result)), seed_is_secret=True))
 
     # five runs and three neighbours, as above: a noisy field (the split the simulation
     # picks for a noisy count) agrees in 5 and then disagrees in 3 with probability

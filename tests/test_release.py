@@ -100,3 +100,11 @@ def test_malicious_clients_move_the_release_by_at_most_k_times_the_bound(n_malic
         Replies(np.arange(2), {"counts": np.array([[0, 5.0, 0, 0], [0, 0, 0, 0]])}),
         "counts", "lloyds-1/counts")
     np.testing.assert_allclose(total, clean)
+
+
+def test_release_leaves_names_every_leaf_by_its_dotted_path():
+    from fedkmeans.artefacts import release_leaves
+
+    assert release_leaves({"check": {"clip": 2.0}, "centers": [[1.0, 3.0]], "k": 1}) == {
+        "check.clip": 2.0, "centers#len": 1, "centers[0]#len": 2, "centers[0][0]": 1.0,
+        "centers[0][1]": 3.0, "k": 1}
