@@ -183,13 +183,14 @@ class StageArithmetic:
         return self._clip_jointly(sums.reshape(m, k, self.dim), counts.astype(np.float64))
 
     def cost_differences(
-        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray
+        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray,
+        tau: float | None = None,
     ) -> dict[str, np.ndarray]:
         """The final check: each client's clipped cost difference of A and B, (m, 1).
 
-        :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
-        privacy.check-clip``, then at client level each client's value clipped to
-        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
+        :func:`~fedkmeans.stages.check.cost_differences` in units of ``tau`` (the one the
+        server sent; None: ``privacy.check-clip``), then at client level each client's
+        value clipped to ``max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
         before the clip to the data radius (mapped by the public transform, the space
         of A and B): the clip at tau alone bounds the sensitivity, and the cost the
         run reports is on those points (the radius clip moved the comparison away
@@ -200,7 +201,7 @@ class StageArithmetic:
         self.reusable.clear()  # kept for step 1 only
         clients = list(clients)
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
-        tau = check_clip_of(self.config.privacy)
+        tau = check_clip_of(self.config.privacy) if tau is None else tau
         rows, start = np.zeros((len(clients), 1)), 0
         with block_product_threads():
             for segment, mapped in self._original_segments(clients):  # no stacked copy

@@ -91,12 +91,13 @@ def check_clip_of(privacy: PrivacyConfig) -> float:
 
 COST_DIFFERENCE = Statistic(
     "cost_difference", "l2",
-    per_point=lambda privacy: (check_clip_of(privacy), check_clip_of(privacy)),
+    # in units of the clip tau: one point moves a client's value by at most 1
+    per_point=lambda privacy: (1.0, 1.0),
     # the largest client, not the count bound: a choice biased by clipping the large
     # clients is not protected by the noise margin (diamonds, client eps = 1: with
     # tau * clip-counts the protocol's centers were returned in 3 of 5 seeds, each worse
     # than the server's, by up to 16 %)
-    client_bound=lambda privacy: check_clip_of(privacy) * float(privacy.max_points_per_client),
+    client_bound=lambda privacy: float(privacy.max_points_per_client),
     shape=lambda k, d, m: (1,),
 )
 
@@ -113,22 +114,37 @@ def server_only_centers(server_x: np.ndarray, k: int, seed: int) -> np.ndarray:
     return swap_repair(server_x, kmeans(server_x, k, seed=seed))
 
 
-def check_clip(server_x: np.ndarray, alternative: np.ndarray) -> float:
-    """``auto`` tau: median squared distance of the server's points to ``alternative``.
+def check_clip(server_x: np.ndarray, centers: np.ndarray, alternative: np.ndarray) -> float:
+    """``auto`` tau: the largest cost difference of a typical point, from A, B and Q.
 
-    Public (Q and B only). A point whose cost differs between the two center sets by
-    more than a typical point's cost counts as one typical point; never 0 (a server
-    whose k-means is exact gets the smallest positive float's worth of clip).
+    For every center c of A and B, ``t_c`` is its squared distance to the other set.
+    A point p whose nearest center of A and B is c, at ``e = |p - c|``, has a cost
+    difference between ``-(t_c + 2 e sqrt(t_c))`` and 0 if c is in A, between 0 and
+    ``t_c + 2 e sqrt(t_c)`` if c is in B (triangle inequality; module docstring). So
+
+        tau = max_c (t_c + 2 r sqrt(t_c)),
+
+    with ``r^2`` the median squared distance of the server's points to their nearest
+    center of A and B, clips no term of a point within r of its nearest center. Public:
+    A is post-processing of the earlier releases, B and Q are the server's. Never 0 (A =
+    B gets the smallest positive float: every difference is then 0).
     """
-    nearest = nearest_squared_distances(server_x, alternative)
-    return max(float(np.median(nearest)), np.finfo(float).tiny)
+    both = np.concatenate([centers, alternative])
+    gaps = np.concatenate([nearest_squared_distances(centers, alternative),
+                           nearest_squared_distances(alternative, centers)])
+    r = math.sqrt(float(np.median(nearest_squared_distances(server_x, both))))
+    tau = float(np.max(gaps + 2.0 * r * np.sqrt(gaps)))
+    return max(tau, np.finfo(float).tiny) if math.isfinite(tau) else np.finfo(float).max
 
 
 def cost_differences(
     points: np.ndarray, owner: np.ndarray, clients: int, centers: np.ndarray,
     alternative: np.ndarray, tau: float,
 ) -> np.ndarray:
-    """Per-client ``sum clip(d(p, A)^2 - d(p, B)^2, -tau, tau)``, shape (clients, 1).
+    """Per-client ``sum clip(d(p, A)^2 - d(p, B)^2, -tau, tau) / tau``, shape (clients, 1).
+
+    In units of tau, so that one point moves a client's value by at most 1 whatever
+    tau the server sent.
 
     Parameters
     ----------
@@ -139,19 +155,22 @@ def cost_differences(
     centers, alternative : ndarray of shape (k, d)
         A and B.
     tau : float
-        Per-point clip (``inf``: none). A point whose squared distances to both sets
-        overflow (the difference ``inf - inf``) counts 0.
+        Per-point clip. Not a positive finite number (a server's bad value): every term
+        counts 0. A point whose squared distances to both sets overflow (the difference
+        ``inf - inf``) counts 0.
     """
     out = np.zeros(clients)
+    if not (math.isfinite(tau) and tau > 0):
+        return out[:, None]
     for start in range(0, points.shape[0], BLOCK):
         x = points[start:start + BLOCK]
         norms = np.einsum("ij,ij->i", x, x)  # |p|^2 once for both center sets
         diff = (nearest_squared_distances(x, centers, norms)
                 - nearest_squared_distances(x, alternative, norms))
         # a point so far out that both squared distances overflow (inf - inf) counts 0;
-        # every term stays in [-tau, tau]
-        diff = np.nan_to_num(diff, nan=0.0, posinf=tau, neginf=-tau)
-        out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -tau, tau),
+        # every term stays in [-1, 1]
+        diff = np.nan_to_num(diff / tau, nan=0.0, posinf=1.0, neginf=-1.0)
+        out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -1.0, 1.0),
                            minlength=clients)
     return out[:, None]
 
@@ -159,42 +178,53 @@ def cost_differences(
 def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     """The check round: ``centers`` (A) if the noisy difference is below ``-z sigma``, else B.
 
-    ``z = CHOICE_STDS``, sigma the release's noise standard deviation.
+    ``z = CHOICE_STDS``; tau is ``privacy.check-clip`` or, ``auto``, :func:`check_clip` of
+    Q, A and B; sigma is tau times the unit release's noise standard deviation.
 
-    Records in ``ctx.check``: ``chosen``, ``noisy_difference``, ``noise_std`` (sigma),
-    ``margin_sigmas`` (the noisy difference over sigma: post-processing of the release,
-    fine to print), ``threshold`` and ``threshold_sigmas`` (``-z``), ``clip``.
+    Records in ``ctx.check``: ``chosen``, ``noisy_difference`` (in cost units),
+    ``noise_std`` (sigma), ``margin_sigmas`` (the noisy difference over sigma:
+    post-processing of the release, fine to print), ``within_noise`` (the margin is
+    within ``z`` of 0: the release could not tell the two answers apart), ``threshold``
+    and ``threshold_sigmas`` (``-z``), ``clip`` (tau).
     """
-    sigma = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
-    threshold = -CHOICE_STDS * sigma
+    unit_sigma = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
 
     def compute() -> dict[str, np.ndarray]:
         alternative = server_only_centers(ctx.server_x, ctx.k,
                                           ctx.int_seed("init", "server-lloyds"))
+        fixed = check_clip_of(ctx.config.privacy)
+        tau = fixed if math.isfinite(fixed) else check_clip(ctx.server_x, centers,
+                                                            alternative)
         replies = ctx.query(CHECK.name, CHECK.group,
-                            {"centers": centers, "alternative": alternative},
+                            {"centers": centers, "alternative": alternative,
+                             "clip": np.array([tau])},
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
-        noisy = float(CHECK.release(ctx, replies, CHECK.group)[COST_DIFFERENCE.name][0])
-        kept = noisy < threshold
-        return {"centers": centers if kept else alternative,
+        noisy = tau * float(CHECK.release(ctx, replies, CHECK.group)[COST_DIFFERENCE.name][0])
+        kept = noisy < -CHOICE_STDS * unit_sigma * tau
+        return {"centers": centers if kept else alternative, "clip": np.array([tau]),
                 "noisy_difference": np.array([noisy]), "kept": np.array([kept])}
 
     out = ctx.round(CHECK.group, compute)
-    noisy = float(out["noisy_difference"][0])
+    noisy, tau = float(out["noisy_difference"][0]), float(out["clip"][0])
+    sigma = unit_sigma * tau
+    margin = noisy / sigma
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
         "noisy_difference": noisy,
         "noise_std": sigma,
-        "margin_sigmas": noisy / sigma,
-        "threshold": threshold,
+        "margin_sigmas": margin,
+        "within_noise": bool(abs(margin) < CHOICE_STDS),
+        "threshold": -CHOICE_STDS * sigma,
         "threshold_sigmas": -CHOICE_STDS,
-        "clip": check_clip_of(ctx.config.privacy),
+        "clip": tau,
         "rule": "the protocol's centers if the noisy sum of the clients' clipped "
                 f"d(p, A)^2 - d(p, B)^2 is below -{CHOICE_STDS:.4g} noise standard "
                 "deviations, else k-means on the server's data",
         "error_bound": f"returns the protocol's centers with probability at most "
                        f"{CHOICE_ERROR:g} when k-means on the server's data is at least as "
-                       "cheap on the clients' clipped cost",
+                       "cheap on the clients' clipped cost (the clip bites only on points "
+                       "farther than the server's median distance from their nearest "
+                       "center)",
     }
     return out["centers"]
 
@@ -202,7 +232,7 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
 CHECK = register(Stage(
     "check", "check", (COST_DIFFERENCE,),
     client=lambda node, clients, a: node.cost_differences(
-        clients, a["centers"], a["alternative"]),
+        clients, a["centers"], a["alternative"], float(a["clip"][0]) if "clip" in a else None),
     server=final_check,
     releases=(ReleaseRule(COST_DIFFERENCE, lambda p: GAUSSIAN.name,
                           lambda p: p.check_share),),
