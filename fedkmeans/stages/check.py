@@ -70,9 +70,9 @@ from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "check_clip",
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "check_clip",
            "check_clip_of", "check_runs", "cost_differences", "final_check",
-           "server_only_centers"]
+           "server_only_centers", "typical_clip"]
 
 
 #: Largest probability that the choice returns the protocol's centers when k-means on the
@@ -100,6 +100,14 @@ COST_DIFFERENCE = Statistic(
     client_bound=lambda privacy: float(privacy.max_points_per_client),
     shape=lambda k, d, m: (1,),
 )
+#: The same difference clipped at the typical cost of one point (:func:`typical_clip`), in
+#: units of that clip: nearly a sign test, powerful when A is worse almost everywhere.
+COST_SIGN = Statistic(
+    "cost_sign", "l2",
+    per_point=lambda privacy: (1.0, 1.0),
+    client_bound=lambda privacy: float(privacy.max_points_per_client),
+    shape=lambda k, d, m: (1,),
+)
 
 
 def server_only_centers(server_x: np.ndarray, k: int, seed: int) -> np.ndarray:
@@ -112,6 +120,15 @@ def server_only_centers(server_x: np.ndarray, k: int, seed: int) -> np.ndarray:
     public computation on public data, so it costs no budget.
     """
     return swap_repair(server_x, kmeans(server_x, k, seed=seed))
+
+
+def typical_clip(server_x: np.ndarray, alternative: np.ndarray) -> float:
+    """The typical cost of one point: median squared distance of Q to ``alternative`` (B).
+
+    Public (Q and B only); never 0 (the smallest positive float when B is exact on Q).
+    """
+    nearest = nearest_squared_distances(server_x, alternative)
+    return max(float(np.median(nearest)), np.finfo(float).tiny)
 
 
 def check_clip(server_x: np.ndarray, centers: np.ndarray, alternative: np.ndarray) -> float:
@@ -139,9 +156,9 @@ def check_clip(server_x: np.ndarray, centers: np.ndarray, alternative: np.ndarra
 
 def cost_differences(
     points: np.ndarray, owner: np.ndarray, clients: int, centers: np.ndarray,
-    alternative: np.ndarray, tau: float,
+    alternative: np.ndarray, tau,
 ) -> np.ndarray:
-    """Per-client ``sum clip(d(p, A)^2 - d(p, B)^2, -tau, tau) / tau``, shape (clients, 1).
+    """Per-client ``sum clip(d(p, A)^2 - d(p, B)^2, -tau, tau) / tau`` for every tau.
 
     In units of tau, so that one point moves a client's value by at most 1 whatever
     tau the server sent.
@@ -154,86 +171,103 @@ def cost_differences(
     clients : int
     centers, alternative : ndarray of shape (k, d)
         A and B.
-    tau : float
-        Per-point clip. Not a positive finite number (a server's bad value): every term
-        counts 0. A point whose squared distances to both sets overflow (the difference
-        ``inf - inf``) counts 0.
+    tau : float or sequence of float
+        Per-point clips, one column each. One that is not a positive finite number (a
+        server's bad value): its every term counts 0. A point whose squared distances to
+        both sets overflow (the difference ``inf - inf``) counts 0.
+
+    Returns
+    -------
+    ndarray of shape (clients, len(tau))
     """
-    out = np.zeros(clients)
-    if not (math.isfinite(tau) and tau > 0):
-        return out[:, None]
+    taus = np.atleast_1d(np.asarray(tau, dtype=np.float64))
+    valid = np.isfinite(taus) & (taus > 0)
+    out = np.zeros((clients, taus.size))
     for start in range(0, points.shape[0], BLOCK):
         x = points[start:start + BLOCK]
         norms = np.einsum("ij,ij->i", x, x)  # |p|^2 once for both center sets
         diff = (nearest_squared_distances(x, centers, norms)
                 - nearest_squared_distances(x, alternative, norms))
-        # a point so far out that both squared distances overflow (inf - inf) counts 0;
-        # every term stays in [-1, 1]
-        diff = np.nan_to_num(diff / tau, nan=0.0, posinf=1.0, neginf=-1.0)
-        out += np.bincount(owner[start:start + BLOCK], weights=np.clip(diff, -1.0, 1.0),
-                           minlength=clients)
-    return out[:, None]
+        for j in np.flatnonzero(valid):
+            # a point so far out that both squared distances overflow (inf - inf)
+            # counts 0; every term stays in [-1, 1]
+            unit = np.nan_to_num(diff / taus[j], nan=0.0, posinf=1.0, neginf=-1.0)
+            out[:, j] += np.bincount(owner[start:start + BLOCK],
+                                     weights=np.clip(unit, -1.0, 1.0), minlength=clients)
+    return out
 
 
 def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
-    """The check round: ``centers`` (A) if the noisy difference is below ``-z sigma``, else B.
+    """The check round: ``centers`` (A) if both noisy differences are below ``-z sigma``, else B.
 
-    ``z = CHOICE_STDS``; tau is ``privacy.check-clip`` or, ``auto``, :func:`check_clip` of
-    Q, A and B; sigma is tau times the unit release's noise standard deviation.
+    ``z = CHOICE_STDS``. The wide clip tau is ``privacy.check-clip`` or, ``auto``,
+    :func:`check_clip` of Q, A and B; the narrow one is :func:`typical_clip` of Q and B
+    (never above tau). Each sigma is its clip times its unit release's noise standard
+    deviation.
 
-    Records in ``ctx.check``: ``chosen``, ``noisy_difference`` (in cost units),
-    ``noise_std`` (sigma), ``margin_sigmas`` (the noisy difference over sigma:
-    post-processing of the release, fine to print), ``within_noise`` (the margin is
-    within ``z`` of 0: the release could not tell the two answers apart), ``threshold``
-    and ``threshold_sigmas`` (``-z``), ``clip`` (tau).
+    Records in ``ctx.check``: ``chosen``; ``noisy_difference`` (the wide one, in cost
+    units), ``noise_std`` (its sigma), ``clip`` (tau); ``narrow_difference``,
+    ``narrow_noise_std``, ``narrow_clip``; ``margins_sigmas`` (both, over their sigma:
+    post-processing of the releases, fine to print); ``margin_sigmas``, the one that
+    decided (the larger); ``within_noise`` (that margin is within ``z`` of 0: the releases
+    could not tell the two answers apart); ``threshold_sigmas`` (``-z``).
     """
-    unit_sigma = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
+    unit = [ctx.releases[f"{CHECK.group}/{s.name}"].noise_scale for s in CHECK.statistics]
 
     def compute() -> dict[str, np.ndarray]:
         alternative = server_only_centers(ctx.server_x, ctx.k,
                                           ctx.int_seed("init", "server-lloyds"))
         fixed = check_clip_of(ctx.config.privacy)
-        tau = fixed if math.isfinite(fixed) else check_clip(ctx.server_x, centers,
-                                                            alternative)
+        wide = fixed if math.isfinite(fixed) else check_clip(ctx.server_x, centers,
+                                                             alternative)
+        clips = np.array([wide, min(wide, typical_clip(ctx.server_x, alternative))])
         replies = ctx.query(CHECK.name, CHECK.group,
-                            {"centers": centers, "alternative": alternative,
-                             "clip": np.array([tau])},
+                            {"centers": centers, "alternative": alternative, "clip": clips},
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
-        noisy = tau * float(CHECK.release(ctx, replies, CHECK.group)[COST_DIFFERENCE.name][0])
-        kept = noisy < -CHOICE_STDS * unit_sigma * tau
-        return {"centers": centers if kept else alternative, "clip": np.array([tau]),
-                "noisy_difference": np.array([noisy]), "kept": np.array([kept])}
+        released = CHECK.release(ctx, replies, CHECK.group)
+        noisy = clips * np.array([float(released[s.name][0]) for s in CHECK.statistics])
+        kept = bool(np.all(noisy < -CHOICE_STDS * np.array(unit) * clips))
+        return {"centers": centers if kept else alternative, "clip": clips,
+                "noisy_difference": noisy, "kept": np.array([kept])}
 
     out = ctx.round(CHECK.group, compute)
-    noisy, tau = float(out["noisy_difference"][0]), float(out["clip"][0])
-    sigma = unit_sigma * tau
-    margin = noisy / sigma
+    noisy, clips = out["noisy_difference"], out["clip"]
+    sigmas = np.array(unit) * clips
+    margins = noisy / sigmas
+    margin = float(margins.max())
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
-        "noisy_difference": noisy,
-        "noise_std": sigma,
+        "noisy_difference": float(noisy[0]),
+        "noise_std": float(sigmas[0]),
+        "clip": float(clips[0]),
+        "narrow_difference": float(noisy[1]),
+        "narrow_noise_std": float(sigmas[1]),
+        "narrow_clip": float(clips[1]),
+        "margins_sigmas": [float(m) for m in margins],
         "margin_sigmas": margin,
         "within_noise": bool(abs(margin) < CHOICE_STDS),
-        "threshold": -CHOICE_STDS * sigma,
+        "threshold": -CHOICE_STDS * float(sigmas[0]),
         "threshold_sigmas": -CHOICE_STDS,
-        "clip": tau,
-        "rule": "the protocol's centers if the noisy sum of the clients' clipped "
-                f"d(p, A)^2 - d(p, B)^2 is below -{CHOICE_STDS:.4g} noise standard "
+        "rule": "the protocol's centers if the noisy sums of the clients' d(p, A)^2 - "
+                "d(p, B)^2, clipped at the largest difference of a typical point and at "
+                f"the typical cost, are both below -{CHOICE_STDS:.4g} noise standard "
                 "deviations, else k-means on the server's data",
         "error_bound": f"returns the protocol's centers with probability at most "
                        f"{CHOICE_ERROR:g} when k-means on the server's data is at least as "
-                       "cheap on the clients' clipped cost (the clip bites only on points "
-                       "farther than the server's median distance from their nearest "
-                       "center)",
+                       "cheap on the clients' data in either clipped cost (the wide clip "
+                       "bites only on points farther than the server's median distance "
+                       "from their nearest center)",
     }
     return out["centers"]
 
 
 CHECK = register(Stage(
-    "check", "check", (COST_DIFFERENCE,),
+    "check", "check", (COST_DIFFERENCE, COST_SIGN),
     client=lambda node, clients, a: node.cost_differences(
-        clients, a["centers"], a["alternative"], float(a["clip"][0]) if "clip" in a else None),
+        clients, a["centers"], a["alternative"], a["clip"] if "clip" in a else None),
     server=final_check,
     releases=(ReleaseRule(COST_DIFFERENCE, lambda p: GAUSSIAN.name,
-                          lambda p: p.check_share),),
+                          lambda p: p.check_share / 2),
+              ReleaseRule(COST_SIGN, lambda p: GAUSSIAN.name,
+                          lambda p: p.check_share / 2)),
 ))
