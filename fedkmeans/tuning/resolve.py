@@ -76,8 +76,9 @@ __all__ = [
 ]
 
 #: ``auto`` settings the algorithm resolves during the run, from released values and
-#: their noise scales (:mod:`fedkmeans.server.thresholds`).
-RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
+#: their noise scales (:mod:`fedkmeans.server.thresholds`), and the check's clip (set in
+#: the check round from the protocol's centers, :func:`fedkmeans.stages.check.check_clip`).
+RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers", "check_clip")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 #: Fraction of the calibrated plan's budget weight (the releases after the estimate
