@@ -168,7 +168,10 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     assert result["check"]["threshold_sigmas"] == pytest.approx(-1.6448536)
     assert result["centers_from"] == (
         "server-lloyds (k-means on the server's data: the final private choice's noisy "
-        f"cost difference was {margin:+.2f} noise standard deviations, not below -1.645)")
+        f"cost difference was {margin:+.2f} noise standard deviations, not below -1.645"
+        + ("; within the noise: the choice could not tell the two answers apart, the "
+           "server's is the default, not a finding" if abs(margin) < CHOICE_STDS else "")
+        + ")")
     # weight 0.1 next to the paper's split (weights summing to 1): 0.1 / 1.1 of the plan
     assert result["check"]["budget_fraction"] == pytest.approx(0.1 / 1.1)
 
@@ -226,3 +229,16 @@ def test_the_clients_compare_on_their_points_before_the_radius_clip(tmp_path):
     sent = node.cost_differences([0, 1], a, b, np.array([40.0, 5.0]))
     np.testing.assert_array_equal(sent["cost_difference"], [[0.0], [-0.825]])
     np.testing.assert_array_equal(sent["cost_sign"], [[0.0], [-1.0]])
+
+
+def test_the_summary_says_when_the_margin_was_within_noise():
+    from fedkmeans.statements import centers_from
+
+    config = parse_config(PAPER)
+    check = {"chosen": "server-only", "margin_sigmas": 0.8, "threshold_sigmas": -1.645,
+             "within_noise": True}
+    assert centers_from(config, config, check).endswith(
+        "+0.80 noise standard deviations, not below -1.645; within the noise: the choice "
+        "could not tell the two answers apart, the server's is the default, not a finding)")
+    clear = {**check, "margin_sigmas": 4.0, "within_noise": False}
+    assert centers_from(config, config, clear).endswith("not below -1.645)")
