@@ -80,6 +80,17 @@ def _cost(x: np.ndarray, centers: np.ndarray) -> float:
     return float(nearest_squared_distances(x, centers).sum())
 
 
+def merged(x: np.ndarray, labels: np.ndarray, centers: np.ndarray, k: int) -> int:
+    """True clusters that share their majority center with another: ``k`` minus the distinct
+    majority centers of the k clusters (0: every cluster has a center of its own)."""
+    from fedkmeans.clustering.distances import squared_distances
+
+    nearest = squared_distances(x, centers).argmin(axis=1)
+    table = np.zeros((k, centers.shape[0]), dtype=np.int64)
+    np.add.at(table, (labels, nearest), 1)
+    return int(k - np.unique(table.argmax(axis=1)).size)
+
+
 def one_cell(ratio, sample, k, d, seed, levels, epsilons) -> list[dict]:
     """Every row of one (ratio, sample, k, d, seed)."""
     from fedkmeans import FedDPKMeans
@@ -123,12 +134,17 @@ def one_cell(ratio, sample, k, d, seed, levels, epsilons) -> list[dict]:
             info = final.release_.get("check") or {}
             costs = {"protocol": _cost(x, own.cluster_centers_),
                      "final": _cost(x, final.cluster_centers_), "server": server_cost}
+            merges = {"merged_protocol": merged(x, labels, own.cluster_centers_, k),
+                      "merged_final": merged(x, labels, final.cluster_centers_, k),
+                      "merged_server": merged(x, labels, server, k)}
             if "a" in seen:
                 costs["a_in_run"] = _cost(x, seen["a"])
                 costs["b_in_run"] = _cost(x, seen["b"])
-            rows.append({**base, "level": level, "epsilon": eps, **costs,
+            margins = info.get("margins_sigmas") or ["", ""]
+            rows.append({**base, "level": level, "epsilon": eps, **costs, **merges,
                          "chosen": info.get("chosen", "none"),
                          "margin_sigmas": info.get("margin_sigmas", ""),
+                         "wide_margin": margins[0], "narrow_margin": margins[1],
                          "within_noise": info.get("within_noise", ""),
                          "clip": info.get("clip", ""),
                          "seconds": round(time.perf_counter() - started, 2)})
@@ -155,11 +171,14 @@ def _float(row: dict) -> dict:
     for key in ("ratio", "k", "dim", "seed", "num_points", "server_points",
                 "server_min_cluster", "smallest_cluster"):
         out[key] = int(out[key])
+    for key in ("merged_protocol", "merged_final", "merged_server"):
+        # absent from files written before the merge count was added: unknown, not 0
+        out[key] = int(out[key]) if out.get(key, "") != "" else None
     out["choice_wrong"] = str(row.get("choice_wrong")) == "True"
     return out
 
 
-def summary(rows: list[dict]) -> list[str]:
+def summary(rows: list[dict], header: str = "") -> list[str]:
     """The md: per-cell medians and maxima, then the acceptance lines."""
     cells: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -167,13 +186,15 @@ def summary(rows: list[dict]) -> list[str]:
                           r["epsilon"]), []).append(r)
     lines = [
         "# Uneven cluster sizes: protocol, final answer, server alone", "",
-        "Written by `python benchmarks/uneven_clusters.py` (generator and cells in its "
-        "docstring). Cost / optimal; `choice wrong`: the final answer more than 2 % worse "
+        header, "",
+        "Generator and cells: `benchmarks/uneven_clusters.py`'s docstring. Cost / optimal; `choice wrong`: the final answer more than 2 % worse "
         "than the better of the run's own A and B (true cost). Server min: fewest server "
-        "points of one cluster over the seeds.", "",
+        "points of one cluster over the seeds. Runs merging: runs whose answer leaves two "
+        "true clusters with one majority center (protocol's own / final / server-only).",
+        "",
         "| ratio | sample | k | d | level | eps | server min | protocol med / max | "
         "final med / max | server med / max | A kept | within noise | choice wrong "
-        "(worst) |", "|" + "---|" * 13]
+        "(worst) | runs merging p / f / s |", "|" + "---|" * 14]
     for key in sorted(cells):
         c = cells[key]
 
@@ -189,11 +210,18 @@ def summary(rows: list[dict]) -> list[str]:
             f"{min(r['server_min_cluster'] for r in c)} | {mm('protocol')} | {mm('final')} | "
             f"{mm('server')} | {sum(r['chosen'] == 'protocol' for r in c)}/{len(c)} | "
             f"{sum(str(r['within_noise']) == 'True' for r in c)}/{len(c)} | "
-            f"{len(wrong)}/{len(c)} ({worst:.3f}) |")
+            f"{len(wrong)}/{len(c)} ({worst:.3f}) | "
+            + " / ".join(_merging(c, who) for who in ("protocol", "final", "server")) + " |")
     lines += ["", "## Acceptance lines (cells with >= 10^4 points)", ""]
     big = [r for r in rows if r["num_points"] >= MIN_POINTS]
     lines += _acceptance(big, cells)
     return lines
+
+
+def _merging(rows: list[dict], who: str) -> str:
+    """Runs whose ``who`` answer merges clusters, or '-' when the file has no count."""
+    counts = [r[f"merged_{who}"] for r in rows]
+    return "-" if None in counts else str(sum(c > 0 for c in counts))
 
 
 def _acceptance(big: list[dict], cells: dict) -> list[str]:
@@ -221,6 +249,14 @@ def _acceptance(big: list[dict], cells: dict) -> list[str]:
     out.append(f"- data-point eps = 1, the server holding every cluster: protocol's own <= "
                f"{OPTIMAL_BAR} x optimal in {len(good)} of {len(dp1)} runs"
                + (f" ({len(good) / len(dp1):.1%})" if dp1 else ""))
+    for who in ("protocol", "final", "server"):
+        if any(r[f"merged_{who}"] is None for r in big):
+            continue
+        runs = [r for r in big if r[f"merged_{who}"] > 0]
+        held = [r for r in runs if r["server_min_cluster"] >= 1]
+        out.append(f"- {who} answer merges two true clusters under one center in {len(runs)} "
+                   f"of {len(big)} runs ({len(held)} of them where the server holds every "
+                   "cluster)")
     in_run = [r for r in big if isinstance(r.get("choice_over_best"), float)]
     wrong = [r for r in in_run if r["choice_wrong"]]
     out.append(f"- the choice wrong in true cost (final > {MIN_BAR} x the better of the "
@@ -239,7 +275,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=";".join(f"{k},{d}" for k, d in SHAPES))
     parser.add_argument("--name", default=NAME)
     parser.add_argument("--from-csv", action="store_true")
+    parser.add_argument("--commit", default="", help="the commit the csv was measured on "
+                        "(with --from-csv; default: this checkout's)")
+    parser.add_argument("--command", default="", help="the command that measured the csv "
+                        "(with --from-csv)")
     args = parser.parse_args(argv)
+    import subprocess
+
+    commit = args.commit or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=Path(__file__).parent).stdout.strip()
+    command = args.command or "python benchmarks/uneven_clusters.py " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]) if a != "--from-csv")
+    started = time.perf_counter()
     csv_path, md_path = OUT / f"{args.name}.csv", OUT / f"{args.name}.md"
     if args.from_csv:
         with csv_path.open() as f:
@@ -260,7 +308,11 @@ def main(argv: list[str] | None = None) -> int:
                               f"{len(rows)} rows", file=sys.stderr, flush=True)
                         write_csv(csv_path, rows)
         rows = [_float({k: str(v) for k, v in r.items()}) for r in rows]
-    md_path.write_text("\n".join(summary(rows)) + "\n")
+        command += f" ({time.perf_counter() - started:.0f} s)"
+    header = (f"Measured by `{command.strip()}` on commit {commit} (in-process "
+              "FedDPKMeans fits, secret noise, delta = 1e-6, only the data, X_server and k "
+              f"given); {len(rows)} rows.")
+    md_path.write_text("\n".join(summary(rows, header)) + "\n")
     print(md_path.read_text())
     return 0
 
