@@ -86,9 +86,9 @@ from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "check_clip",
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "POWER_STDS", "check_clip",
            "check_clip_of", "check_runs", "cost_differences", "final_check",
-           "server_only_centers", "typical_clip"]
+           "largest_unit_sum", "server_only_centers", "typical_clip"]
 
 
 #: Largest probability that the choice returns the protocol's centers when k-means on the
@@ -98,6 +98,29 @@ CHOICE_ERROR = 0.05
 #: this many noise standard deviations (``scipy.stats.norm.isf(CHOICE_ERROR)``, which SciPy
 #: computes as ``-ndtri``: the same bits without importing scipy.stats, ~1 s).
 CHOICE_STDS = float(-ndtri(CHOICE_ERROR))
+#: The protocol's centers are returned only if the largest value the wide release could
+#: take (every point at its clip in A's favour) is this many of its noise standard
+#: deviations: a release that can reach less is noise whatever the data, and at that
+#: reach a full-strength difference clears the bar with probability 95 %.
+POWER_STDS = 2.0 * CHOICE_STDS
+
+
+def largest_unit_sum(estimates, privacy: PrivacyConfig) -> float:
+    """The largest absolute value of a check sum in units of its clip, from released counts.
+
+    Each point adds at most 1 and each client at most ``max-points-per-client``, so the
+    sum is at most the number of points: at data-point level the estimate round's noisy
+    number of points, at client level its noisy number of clients times
+    ``max-points-per-client`` (post-processing of that release). ``inf`` without an
+    estimate round (no gate: the run declared its settings).
+    """
+    if estimates is None:
+        return math.inf
+    if privacy.level == "datapoint":
+        total = float(estimates.total_points)
+    else:
+        total = float(estimates.num_clients) * float(privacy.max_points_per_client)
+    return max(total, 0.0) if math.isfinite(total) else math.inf
 
 
 def check_clip_of(privacy: PrivacyConfig) -> float:
@@ -214,21 +237,26 @@ def cost_differences(
 
 
 def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
-    """The check round: ``centers`` (A) if both noisy differences are below ``-z sigma``, else B.
+    """The check round: ``centers`` (A) if the wide difference is below ``-z sigma``, else B.
 
     ``z = CHOICE_STDS``. The wide clip tau is ``privacy.check-clip`` or, ``auto``,
     :func:`check_clip` of Q, A and B; the narrow one is :func:`typical_clip` of Q and B
     (never above tau). Each sigma is its clip times its unit release's noise standard
-    deviation.
+    deviation. A is returned only if the wide difference is below ``-z sigma``, the
+    narrow one below ``+z sigma_n`` (a veto: B significantly cheaper almost everywhere),
+    and the wide release can reach :data:`POWER_STDS` of its sigmas
+    (:func:`largest_unit_sum`).
 
     Records in ``ctx.check``: ``chosen``; ``noisy_difference`` (the wide one, in cost
     units), ``noise_std`` (its sigma), ``clip`` (tau); ``narrow_difference``,
     ``narrow_noise_std``, ``narrow_clip``; ``margins_sigmas`` (both, over their sigma:
-    post-processing of the releases, fine to print); ``margin_sigmas``, the one that
-    decided (the larger); ``within_noise`` (that margin is within ``z`` of 0: the releases
-    could not tell the two answers apart); ``threshold_sigmas`` (``-z``).
+    post-processing of the releases, fine to print); ``margin_sigmas``, the wide one
+    (the one the bound is about); ``reach_sigmas`` and ``powered``; ``within_noise``
+    (not powered, or the wide margin within ``z`` of 0: the release could not tell the
+    two answers apart); ``threshold_sigmas`` (``-z``).
     """
     unit = [ctx.releases[f"{CHECK.group}/{s.name}"].noise_scale for s in CHECK.statistics]
+    reach = largest_unit_sum(ctx.estimates, ctx.config.privacy)
 
     def compute() -> dict[str, np.ndarray]:
         alternative = server_only_centers(ctx.server_x, ctx.k,
@@ -242,7 +270,9 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
         released = CHECK.release(ctx, replies, CHECK.group)
         noisy = clips * np.array([float(released[s.name][0]) for s in CHECK.statistics])
-        kept = bool(np.all(noisy < -CHOICE_STDS * np.array(unit) * clips))
+        sigmas = np.array(unit) * clips
+        kept = bool(reach >= POWER_STDS * unit[0] and noisy[0] < -CHOICE_STDS * sigmas[0]
+                    and noisy[1] < CHOICE_STDS * sigmas[1])
         return {"centers": centers if kept else alternative, "clip": clips,
                 "noisy_difference": noisy, "kept": np.array([kept])}
 
@@ -250,9 +280,12 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     noisy, clips = out["noisy_difference"], out["clip"]
     sigmas = np.array(unit) * clips
     margins = noisy / sigmas
-    margin = float(margins.max())
+    margin = float(margins[0])
+    powered = reach >= POWER_STDS * unit[0]
     ctx.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
+        "reach_sigmas": reach / unit[0],
+        "powered": bool(powered),
         "noisy_difference": float(noisy[0]),
         "noise_std": float(sigmas[0]),
         "clip": float(clips[0]),
@@ -261,16 +294,17 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
         "narrow_clip": float(clips[1]),
         "margins_sigmas": [float(m) for m in margins],
         "margin_sigmas": margin,
-        "within_noise": bool(abs(margin) < CHOICE_STDS),
+        "within_noise": bool(not powered or abs(margin) < CHOICE_STDS),
         "threshold": -CHOICE_STDS * float(sigmas[0]),
         "threshold_sigmas": -CHOICE_STDS,
-        "rule": "the protocol's centers if the noisy sums of the clients' d(p, A)^2 - "
-                "d(p, B)^2, clipped at the largest difference of a typical point and at "
-                f"the typical cost, are both below -{CHOICE_STDS:.4g} noise standard "
-                "deviations, else k-means on the server's data",
+        "rule": "the protocol's centers if the noisy sum of the clients' d(p, A)^2 - "
+                "d(p, B)^2, clipped at the largest difference of a typical point, is below "
+                f"-{CHOICE_STDS:.4g} noise standard deviations, the sum clipped at the "
+                f"typical cost is below +{CHOICE_STDS:.4g}, and the release could reach "
+                f"{POWER_STDS:.4g} of them; else k-means on the server's data",
         "error_bound": f"returns the protocol's centers with probability at most "
                        f"{CHOICE_ERROR:g} when k-means on the server's data is at least as "
-                       "cheap on the clients' data in either clipped cost (the wide clip "
+                       "cheap on the clients' data in the widely clipped cost (the clip "
                        "bites only on points farther than the server's median distance "
                        "from their nearest center)",
     }
