@@ -13,8 +13,10 @@ from fedkmeans.stages import check_runs, feddp_init, statistic_bounds
 from fedkmeans.stages.check import (
     CHOICE_ERROR,
     CHOICE_STDS,
+    POWER_STDS,
     check_clip,
     cost_differences,
+    largest_unit_sum,
     typical_clip,
 )
 
@@ -162,8 +164,10 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     assert check["noise_std"] == pytest.approx(sigma)
     margins = [check["noisy_difference"] / sigma, check["narrow_difference"] / narrow]
     assert check["margins_sigmas"] == pytest.approx(margins)
-    margin = max(margins)
+    margin = margins[0]  # the wide one decides; the narrow one can only veto
     assert check["margin_sigmas"] == pytest.approx(margin)
+    # no estimate round (hand settings): nothing gates the release's reach
+    assert check["reach_sigmas"] in (None, math.inf) and check["powered"]  # inf: JSON null
     assert check["within_noise"] == (abs(margin) < CHOICE_STDS)
     assert result["check"]["threshold_sigmas"] == pytest.approx(-1.6448536)
     assert result["centers_from"] == (
@@ -242,3 +246,21 @@ def test_the_summary_says_when_the_margin_was_within_noise():
         "could not tell the two answers apart, the server's is the default, not a finding)")
     clear = {**check, "margin_sigmas": 4.0, "within_noise": False}
     assert centers_from(config, config, clear).endswith("not below -1.645)")
+
+
+class _Estimates:
+    def __init__(self, points, clients):
+        self.total_points, self.num_clients = points, clients
+
+
+def test_the_reach_of_the_check_by_hand():
+    datapoint = parse_config({**PAPER, "privacy.max-points-per-client": 40}).privacy
+    client = parse_config({**PAPER, "privacy.level": "client",
+                           "privacy.max-points-per-client": 40}).privacy
+    # every point adds at most 1 in units of the clip: at most the (noisy) number of
+    # points, or clients x max-points-per-client at client level
+    assert largest_unit_sum(_Estimates(1234.5, 7.5), datapoint) == 1234.5
+    assert largest_unit_sum(_Estimates(math.nan, 7.5), client) == 300.0
+    assert largest_unit_sum(_Estimates(-3.0, -1.0), client) == 0.0  # noisy, below 0
+    assert largest_unit_sum(None, client) == math.inf  # no estimate round: no gate
+    assert POWER_STDS == pytest.approx(2 * 1.6448536269514722)
