@@ -14,9 +14,11 @@ from fedkmeans.stages.check import (
     CHOICE_ERROR,
     CHOICE_STDS,
     POWER_STDS,
+    STRONG_STDS,
     check_clip,
     cost_differences,
     largest_unit_sum,
+    returns_protocol,
     typical_clip,
 )
 
@@ -264,3 +266,17 @@ def test_the_reach_of_the_check_by_hand():
     assert largest_unit_sum(_Estimates(-3.0, -1.0), client) == 0.0  # noisy, below 0
     assert largest_unit_sum(None, client) == math.inf  # no estimate round: no gate
     assert POWER_STDS == pytest.approx(2 * 1.6448536269514722)
+
+
+@pytest.mark.parametrize("wide,narrow,reach,expected", [
+    (-1.7, -1.7, 10.0, True),    # both below -z
+    (-1.6, -9.0, 10.0, False),   # the wide sum (the bound's) not below -z
+    (-3.0, -1.0, 10.0, False),   # the narrow sum does not confirm, the wide not below -2z
+    (-3.3, -1.0, 10.0, True),    # the wide below -2z = -3.29, the narrow not against
+    (-9.0, 1.7, 10.0, False),    # the narrow shows B cheaper: veto
+    (-9.0, -9.0, 3.2, False),    # the release cannot reach 2z: noise whatever the data
+    (-9.0, -9.0, 3.3, True),
+])
+def test_the_decision_by_hand(wide, narrow, reach, expected):
+    assert returns_protocol(wide, narrow, reach) is expected
+    assert STRONG_STDS == POWER_STDS == pytest.approx(3.2897072539029444)

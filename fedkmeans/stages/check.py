@@ -14,9 +14,10 @@ transform, the space of A and B; ``NodeData.cost_differences``). The server rele
 ``sum_j D_j`` and ``sum_j N_j``, each with Gaussian noise (half of the check's budget
 share each), multiplies each by its clip (post-processing) and answers with A only if
 the wide sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
-``1 - CHOICE_ERROR`` quantile), the narrow sum is not above ``+z sigma_n`` (a veto: B
-significantly cheaper almost everywhere), and the wide release can reach ``POWER_STDS``
-of its sigmas at all (:func:`largest_unit_sum`); with B otherwise. At epsilon = inf the
+``1 - CHOICE_ERROR`` quantile), the wide release can reach ``POWER_STDS`` of its sigmas
+at all (:func:`largest_unit_sum`), and either the narrow sum confirms (below ``-z
+sigma_n``) or the wide sum is below ``-STRONG_STDS sigma`` and the narrow one does not
+show B cheaper (not above ``+z sigma_n``); with B otherwise. At epsilon = inf the
 round does not run (the non-private algorithm has no check).
 
 The two clips (both public: A is post-processing of the earlier releases, B and Q are
@@ -36,7 +37,9 @@ the server's):
 * narrow, tau_n (:func:`typical_clip`): the median squared distance of Q to B, the
   typical cost of one point. Clipped there, most terms of a set that is worse almost
   everywhere count +-tau_n: nearly a sign test, powerful exactly where the wide test has
-  little power (A's centers far off everywhere make tau large). It only vetoes.
+  little power (A's centers far off everywhere make tau large). It confirms A where the
+  wide sum shows A better by less than ``2 z`` of its sigmas, and vetoes A where it
+  shows B better.
 
 The reach: each point adds at most 1 to a sum in units of its clip, so the sum is at
 most the number of points (:func:`largest_unit_sum`, from the estimate round's noisy
@@ -46,7 +49,8 @@ deviations is noise whatever the data; then A is never returned (at client level
 
 The error bound: whenever B is at least as cheap as A on the clients' data in the wide
 clipped cost, the run answers with A with probability at most ``Phi(-z) =
-CHOICE_ERROR`` (the veto and the reach only ever turn A into B). The wide clipped cost
+CHOICE_ERROR``: every branch that returns A needs the wide sum below ``-z sigma`` (the
+narrow sum and the reach only ever turn A into B). The wide clipped cost
 is the cost the user gets up to the points beyond r of every center, so the returned
 centers are worse than the server-only answer in true cost, up to those points, with
 probability at most 5 %, at every epsilon and delta; the price is that A must win by
@@ -56,8 +60,11 @@ points of a cluster one answer missed or merged counted at most tau_n each, and 
 choice kept protocol centers 10 % worse than the server's or threw away an 18 % gain.
 The wide sum alone returned protocol centers at 3.8 x optimal in one of two runs where
 its release could not reach its bar (client level, eps = 0.5): hence the reach. Requiring
-both sums below ``-z`` threw away a 1.42 x gain that only the wide sum saw (a cluster
-the server's data lacks, found by the protocol): hence the narrow one only vetoes.
+both sums below ``-z`` threw away a 1.42 x gain that only the wide sum saw (-5.3 sigma;
+a cluster the server's data lacks, found by the protocol); letting the narrow sum only
+veto returned protocol centers at 2.78 x optimal on a wide sum of -1.88 sigma (client
+level, eps = 3; 1 of 360 runs): hence the strong branch at ``2 z``, chosen by replaying
+the released margins of those 420 runs (``docs/tuning.md``, step 3).
 
 Sensitivity of ``cost_difference`` and ``cost_sign`` (statistics of shape (1,), norm
 l2; each a separate release):
@@ -96,9 +103,11 @@ from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "POWER_STDS", "check_clip",
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "POWER_STDS",
+           "STRONG_STDS", "check_clip",
            "check_clip_of", "check_runs", "cost_differences", "final_check",
-           "largest_unit_sum", "server_only_centers", "typical_clip"]
+           "largest_unit_sum", "returns_protocol", "server_only_centers",
+           "typical_clip"]
 
 
 #: Largest probability that the choice returns the protocol's centers when k-means on the
@@ -113,6 +122,22 @@ CHOICE_STDS = float(-ndtri(CHOICE_ERROR))
 #: deviations: a release that can reach less is noise whatever the data, and at that
 #: reach a full-strength difference clears the bar with probability 95 %.
 POWER_STDS = 2.0 * CHOICE_STDS
+
+
+#: Where the narrow sum does not confirm the protocol's centers (it is above ``-z``), the
+#: wide sum must show them better by this many of its standard deviations, and the narrow
+#: one must not show B better by ``z`` (module docstring).
+STRONG_STDS = 2.0 * CHOICE_STDS
+
+
+def returns_protocol(wide: float, narrow: float, reach: float) -> bool:
+    """The decision, from the two margins and the reach, each in its noise standard deviations.
+
+    A (True) only if ``reach >= POWER_STDS`` and ``wide < -z``, and ``narrow < -z`` or
+    (``wide < -STRONG_STDS`` and ``narrow < z``); ``z = CHOICE_STDS``.
+    """
+    return bool(reach >= POWER_STDS and wide < -CHOICE_STDS and (
+        narrow < -CHOICE_STDS or (wide < -STRONG_STDS and narrow < CHOICE_STDS)))
 
 
 def largest_unit_sum(estimates, privacy: PrivacyConfig) -> float:
@@ -252,10 +277,10 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     ``z = CHOICE_STDS``. The wide clip tau is ``privacy.check-clip`` or, ``auto``,
     :func:`check_clip` of Q, A and B; the narrow one is :func:`typical_clip` of Q and B
     (never above tau). Each sigma is its clip times its unit release's noise standard
-    deviation. A is returned only if the wide difference is below ``-z sigma``, the
-    narrow one below ``+z sigma_n`` (a veto: B significantly cheaper almost everywhere),
-    and the wide release can reach :data:`POWER_STDS` of its sigmas
-    (:func:`largest_unit_sum`).
+    deviation. A is returned only if the wide difference is below ``-z sigma``, the wide
+    release can reach :data:`POWER_STDS` of its sigmas (:func:`largest_unit_sum`), and
+    the narrow difference is below ``-z sigma_n``, or the wide one below
+    ``-STRONG_STDS sigma`` with the narrow one below ``+z sigma_n``.
 
     Records in ``ctx.check``: ``chosen``; ``noisy_difference`` (the wide one, in cost
     units), ``noise_std`` (its sigma), ``clip`` (tau); ``narrow_difference``,
@@ -281,8 +306,8 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
         released = CHECK.release(ctx, replies, CHECK.group)
         noisy = clips * np.array([float(released[s.name][0]) for s in CHECK.statistics])
         sigmas = np.array(unit) * clips
-        kept = bool(reach >= POWER_STDS * unit[0] and noisy[0] < -CHOICE_STDS * sigmas[0]
-                    and noisy[1] < CHOICE_STDS * sigmas[1])
+        wide, narrow = noisy / sigmas
+        kept = returns_protocol(float(wide), float(narrow), reach / unit[0])
         return {"centers": centers if kept else alternative, "clip": clips,
                 "noisy_difference": noisy, "kept": np.array([kept])}
 
@@ -309,9 +334,11 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
         "threshold_sigmas": -CHOICE_STDS,
         "rule": "the protocol's centers if the noisy sum of the clients' d(p, A)^2 - "
                 "d(p, B)^2, clipped at the largest difference of a typical point, is below "
-                f"-{CHOICE_STDS:.4g} noise standard deviations, the sum clipped at the "
-                f"typical cost is below +{CHOICE_STDS:.4g}, and the release could reach "
-                f"{POWER_STDS:.4g} of them; else k-means on the server's data",
+                f"-{CHOICE_STDS:.4g} noise standard deviations, the release could reach "
+                f"{POWER_STDS:.4g} of them, and the sum clipped at the typical cost is "
+                f"below -{CHOICE_STDS:.4g} of its own (or the first below "
+                f"-{STRONG_STDS:.4g} and the second below +{CHOICE_STDS:.4g}); else "
+                "k-means on the server's data",
         "error_bound": f"returns the protocol's centers with probability at most "
                        f"{CHOICE_ERROR:g} when k-means on the server's data is at least as "
                        "cheap on the clients' data in the widely clipped cost (the clip "
