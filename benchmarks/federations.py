@@ -6,6 +6,8 @@
         --epsilons 1,3 --seeds 2
     python benchmarks/federations.py --from-csv      # redraw the md from the csv
     python benchmarks/federations.py --resume        # go on from <name>.partial.csv
+    python benchmarks/federations.py --family uneven [--seeds 2 ...]   # uneven clusters
+        (benchmarks/uneven_clusters.py: its own generator, arguments and result files)
 
 The federations are drawn by ``federation_data.py`` (public, one seed each, written once
 to ``--data-dir`` as ``clients.npz`` + ``server.npz``) and run in-process with the data
@@ -318,6 +320,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--family"] and argv[1:2] == ["uneven"]:
+        # the uneven-cluster family (issue 48): its own generator and in-process runs
+        import uneven_clusters
+
+        uneven_clusters.main(argv[2:])
+        return
     args = parse(argv)
     path, wall_s = OUT / f"{args.name}.csv", None
     if args.from_csv:

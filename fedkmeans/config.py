@@ -260,8 +260,8 @@ class PrivacyConfig:
         lambda c: not ALGORITHMS[c.algorithm].final_choice or c.k_auto,
         _not_feddp(" with a fixed k (the check compares the protocol's k centers with "
                    "k-means on the server's data alone)")), hand=0.0)
-    #: The final choice's per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``: the
-    #: median squared distance of the server's points to the server-only centers B.
+    #: The final choice's wide per-point clip tau of ``d(p, A)^2 - d(p, B)^2``; ``auto``:
+    #: set in the check round from A, B and Q (:func:`fedkmeans.stages.check.check_clip`).
     check_clip: float | str = key(AUTO, _CLIP, node=True)
     #: FedDP-KMeans only: spare centers e of FedDP-Init steps 2 and 3, merged into k on
     #: the server by their noisy counts (0 = the paper's FedDP-Init; ``auto``:

@@ -76,7 +76,8 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
     The final private choice (:mod:`fedkmeans.stages.check`) picks the protocol's or
     k-means on the server's data after the protocol, by its noisy cost difference in
     noise standard deviations (``check["margin_sigmas"]``, post-processing of its
-    release); the estimate round picks the server's before it, when it shows too few
+    release; "within the noise" when its size is below the bar, ``check["within_noise"]``:
+    then neither answer was shown better); the estimate round picks the server's before it, when it shows too few
     clients (the resolved algorithm then differs from the declared one).
 
     Parameters
@@ -89,9 +90,12 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
     if check is not None:
         margin, bar = check["margin_sigmas"], check["threshold_sigmas"]
         if check["chosen"] == "server-only":
+            noise = ("; within the noise: the choice could not tell the two answers "
+                     "apart, the server's is the default, not a finding"
+                     if check.get("within_noise") else "")
             return ("server-lloyds (k-means on the server's data: the final private "
                     f"choice's noisy cost difference was {margin:+.2f} noise standard "
-                    f"deviations, not below {bar:.3f})")
+                    f"deviations, not below {bar:.3f}{noise})")
         return (f"{config.algorithm} (the protocol's centers: the final private choice's "
                 f"noisy cost difference was {margin:+.2f} noise standard deviations, below "
                 f"{bar:.3f})")

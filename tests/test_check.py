@@ -10,49 +10,94 @@ from fedkmeans.algorithms import release_plan
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.experiment import run_flat
 from fedkmeans.stages import check_runs, feddp_init, statistic_bounds
-from fedkmeans.stages.check import CHOICE_ERROR, CHOICE_STDS, check_clip, cost_differences
+from fedkmeans.stages.check import (
+    CHOICE_ERROR,
+    CHOICE_STDS,
+    POWER_STDS,
+    STRONG_STDS,
+    check_clip,
+    cost_differences,
+    largest_unit_sum,
+    returns_protocol,
+    typical_clip,
+)
 
 
 def test_cost_differences_by_hand():
     points = np.array([[0.0, 0.0], [3.0, 0.0], [10.0, 0.0], [1.0, 0.0]])
     owner = np.array([0, 0, 1, 2])
     a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
-    # d(p, A)^2 - d(p, B)^2 = 0 - 9, 9 - 0, 100 - 49, 1 - 4; clipped to [-10, 10]
+    # d(p, A)^2 - d(p, B)^2 = 0 - 9, 9 - 0, 100 - 49, 1 - 4; clipped to [-10, 10], over 10
     out = cost_differences(points, owner, 3, a, b, tau=10.0)
-    np.testing.assert_array_equal(out, [[0.0], [10.0], [-3.0]])
-    np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, math.inf),
-                                  [[0.0], [51.0], [-3.0]])
+    np.testing.assert_array_equal(out, [[0.0], [1.0], [-0.3]])
+    # two clips at once, one column each: at 5, -9 and 9 clip to -1 and 1, -3 is -0.6
+    np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, [10.0, 5.0]),
+                                  [[0.0, 0.0], [1.0, 1.0], [-0.3, -0.6]])
+    # a clip that is not a positive finite number (a server's bad value) counts nothing
+    for bad in (math.inf, 0.0, -1.0, math.nan):
+        np.testing.assert_array_equal(cost_differences(points, owner, 3, a, b, bad),
+                                      np.zeros((3, 1)))
     # a point whose squared distances overflow (as loaded, before the radius clip) counts 0
     far = np.vstack([points, [[1e200, 0.0]]])
     np.testing.assert_array_equal(
-        cost_differences(far, np.append(owner, 2), 3, a, b, tau=10.0), [[0.0], [10.0], [-3.0]])
+        cost_differences(far, np.append(owner, 2), 3, a, b, tau=10.0), [[0.0], [1.0], [-0.3]])
 
 
-def test_the_auto_clip_is_the_median_squared_distance_to_the_server_only_centers():
+def test_the_typical_clip_is_the_median_squared_distance_to_the_server_only_centers():
     centers = np.array([[1.0, 0.0], [10.0, 0.0]])
     # squared distances to the nearest center: 1, 4, 4, 36, 0 -> median 4 (the mean, 9,
     # is pulled up by the one far point)
     server = np.array([[0.0, 0.0], [3.0, 0.0], [10.0, 2.0], [10.0, 6.0], [1.0, 0.0]])
-    assert check_clip(server, centers) == 4.0
+    assert typical_clip(server, centers) == 4.0
     # an even count: the middle two of 0, 1, 4, 36 -> 2.5
-    assert check_clip(server[[0, 1, 3, 4]], centers) == 2.5
+    assert typical_clip(server[[0, 1, 3, 4]], centers) == 2.5
     # exact k-means (every distance 0): the smallest positive float, never 0
-    assert check_clip(centers, centers) == np.finfo(float).tiny
+    assert typical_clip(centers, centers) == np.finfo(float).tiny
 
 
+def test_the_wide_clip_by_hand():
+    a = np.array([[0.0, 0.0], [10.0, 0.0]])
+    b = np.array([[0.0, 0.0], [3.0, 0.0]])
+    # gaps t_c: (0, 0) 0 and 0; (10, 0) to B 49; (3, 0) to A 9. Every server point is at
+    # 1 from its nearest center of A and B: r = 1, tau = max(t + 2 r sqrt(t)) = 49 + 14
+    server = np.array([[0.0, 1.0], [3.0, 1.0], [10.0, 1.0]])
+    assert check_clip(server, a, b) == 63.0
+    # A = B: every difference is 0, the clip the smallest positive float
+    assert check_clip(server, b, b) == np.finfo(float).tiny
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_wide_clip_bites_on_no_point_within_r_of_its_nearest_center(seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(4, 3)) * 5, rng.normal(size=(4, 3)) * 5
+    server = rng.normal(size=(200, 3)) * 5
+    tau = check_clip(server, a, b)
+    both = np.vstack([a, b])
+    r2 = np.median(((server[:, None] - both[None]) ** 2).sum(-1).min(1))
+    points = rng.normal(size=(20_000, 3)) * 5
+    near = ((points[:, None] - both[None]) ** 2).sum(-1).min(1) <= r2
+    diff = (((points[:, None] - a[None]) ** 2).sum(-1).min(1)
+            - ((points[:, None] - b[None]) ** 2).sum(-1).min(1))
+    assert near.sum() > 100
+    assert np.abs(diff[near]).max() <= tau * (1 + 1e-12)  # the triangle inequality
+    assert np.abs(diff[~near]).max() > 0.5 * tau  # and the bound is not loose by far
+
+
+@pytest.mark.parametrize("name", ["cost_difference", "cost_sign"])
 @pytest.mark.parametrize("level,sensitivity,server_bound", [
-    ("datapoint", 0.5, 40 * 0.5),   # one point: one term in [-tau, tau]; clip n_max tau
-    ("client", 40 * 0.5, 40 * 0.5),  # one client: |D_j| <= tau * max-points-per-client
+    ("datapoint", 1.0, 40.0),   # one point: one term in [-1, 1] (units of tau); clip n_max
+    ("client", 40.0, 40.0),     # one client: |D_j| <= max-points-per-client
 ])
-def test_the_check_sensitivity(level, sensitivity, server_bound):
+def test_the_check_sensitivity(name, level, sensitivity, server_bound):
     privacy = parse_config({**PAPER, "privacy.level": level, "privacy.check-clip": 0.5,
                             "privacy.clip-counts": 30.0, "privacy.check-share": 0.1,
                             "privacy.max-points-per-client": 40}).privacy
-    bound = statistic_bounds(privacy)["cost_difference"]
+    bound = statistic_bounds(privacy)[name]
     assert bound.l2_sensitivity == sensitivity and bound.server_bound == server_bound
-    plan = release_plan("feddp-kmeans", privacy)
-    assert plan[-1].stage == "check/cost_difference" and plan[-1].mechanism == "gaussian"
-    assert plan[-1].sensitivity == sensitivity and plan[-1].weight == 0.1
+    plan = {r.stage: r for r in release_plan("feddp-kmeans", privacy)}
+    assert plan[f"check/{name}"].mechanism == "gaussian"
+    assert plan[f"check/{name}"].sensitivity == sensitivity
+    assert plan[f"check/{name}"].weight == 0.05  # half the share each
 
 
 def test_no_check_without_noise_or_without_a_share():
@@ -84,10 +129,12 @@ def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, noiseless
     server_x = np.random.default_rng(0).normal(size=(50, 8))
     chosen, record = resolve.resolve_auto(config, server_x, noiseless_estimates("datapoint"))
     plan = release_plan("feddp-kmeans", chosen.privacy)
-    share = plan[-1].weight / sum(r.weight for r in plan)
-    assert plan[-1].stage == "check/cost_difference"
+    checks = [r for r in plan if r.group == "check"]
+    share = sum(r.weight for r in checks) / sum(r.weight for r in plan)
+    assert [r.stage for r in checks] == ["check/cost_difference", "check/cost_sign"]
     assert share == pytest.approx(resolve.CHECK_FRACTION)
-    assert chosen.privacy.check_clip == pytest.approx(record["chosen"]["check_clip"])
+    # the clip is set in the check round, from A, B and Q
+    assert chosen.privacy.check_clip == record["chosen"]["check_clip"] == "auto"
     assert "check_share" in record["why"]
 
 
@@ -107,16 +154,30 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     assert result["check"]["noisy_difference"] > 0
     np.testing.assert_array_equal(result["centers"], server["centers"])
     released = {r["stage"]: r for r in result["privacy"]["releases"]}
-    assert released["check/cost_difference"]["sensitivity"] == 2.0
+    assert released["check/cost_difference"]["sensitivity"] == 1.0  # in units of tau
+    assert released["check/cost_sign"]["sensitivity"] == 1.0
     assert result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
-    # the margin in noise standard deviations, and centers_from says the same
-    sigma = released["check/cost_difference"]["noise_scale"]
-    margin = result["check"]["noisy_difference"] / sigma
-    assert result["check"]["margin_sigmas"] == pytest.approx(margin)
+    # each margin in its noise standard deviations (tau times the unit release's); the
+    # decision's is the larger one, and centers_from says it
+    check = result["check"]
+    assert check["clip"] == 2.0 and check["narrow_clip"] <= 2.0
+    sigma = released["check/cost_difference"]["noise_scale"] * check["clip"]
+    narrow = released["check/cost_sign"]["noise_scale"] * check["narrow_clip"]
+    assert check["noise_std"] == pytest.approx(sigma)
+    margins = [check["noisy_difference"] / sigma, check["narrow_difference"] / narrow]
+    assert check["margins_sigmas"] == pytest.approx(margins)
+    margin = margins[0]  # the wide one decides; the narrow one can only veto
+    assert check["margin_sigmas"] == pytest.approx(margin)
+    # no estimate round (hand settings): nothing gates the release's reach
+    assert check["reach_sigmas"] in (None, math.inf) and check["powered"]  # inf: JSON null
+    assert check["within_noise"] == (abs(margin) < CHOICE_STDS)
     assert result["check"]["threshold_sigmas"] == pytest.approx(-1.6448536)
     assert result["centers_from"] == (
         "server-lloyds (k-means on the server's data: the final private choice's noisy "
-        f"cost difference was {margin:+.2f} noise standard deviations, not below -1.645)")
+        f"cost difference was {margin:+.2f} noise standard deviations, not below -1.645"
+        + ("; within the noise: the choice could not tell the two answers apart, the "
+           "server's is the default, not a finding" if abs(margin) < CHOICE_STDS else "")
+        + ")")
     # weight 0.1 next to the paper's split (weights summing to 1): 0.1 / 1.1 of the plan
     assert result["check"]["budget_fraction"] == pytest.approx(0.1 / 1.1)
 
@@ -163,9 +224,59 @@ def test_the_clients_compare_on_their_points_before_the_radius_clip(tmp_path):
     node = NodeData.load(config, 0, 1)
     assert node.clipped_clients == {0, 1}  # (3, 0) -> (2, 0) and (-4, 0) -> (-2, 0)
     a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
-    # as loaded: 9 - 0, 0.25 - 9.25, 16 - 49 -> clipped to [-20, 20]: 0 and -20
-    # (on the radius-clipped points client 0 would send (4 - 1) + (0.25 - 9.25) = -6)
-    out = node.cost_differences([0, 1], a, b)["cost_difference"]
-    np.testing.assert_array_equal(out, [[0.0], [-20.0]])
+    # as loaded: 9 - 0, 0.25 - 9.25, 16 - 49 -> clipped to [-20, 20], over 20: 0 and -1
+    # (on the radius-clipped points client 0 would send ((4 - 1) + (0.25 - 9.25)) / 20)
+    out = node.cost_differences([0, 1], a, b)
+    np.testing.assert_array_equal(out["cost_difference"], [[0.0], [-1.0]])
+    np.testing.assert_array_equal(out["cost_sign"], [[0.0], [-1.0]])
     np.testing.assert_array_equal(node.cost_differences([1], a, b)["cost_difference"],
-                                  [[-20.0]])
+                                  [[-1.0]])
+    # the clips the server sent: wide 40 (-33 / 40), narrow 5 (9 and -9 at +-1)
+    sent = node.cost_differences([0, 1], a, b, np.array([40.0, 5.0]))
+    np.testing.assert_array_equal(sent["cost_difference"], [[0.0], [-0.825]])
+    np.testing.assert_array_equal(sent["cost_sign"], [[0.0], [-1.0]])
+
+
+def test_the_summary_says_when_the_margin_was_within_noise():
+    from fedkmeans.statements import centers_from
+
+    config = parse_config(PAPER)
+    check = {"chosen": "server-only", "margin_sigmas": 0.8, "threshold_sigmas": -1.645,
+             "within_noise": True}
+    assert centers_from(config, config, check).endswith(
+        "+0.80 noise standard deviations, not below -1.645; within the noise: the choice "
+        "could not tell the two answers apart, the server's is the default, not a finding)")
+    clear = {**check, "margin_sigmas": 4.0, "within_noise": False}
+    assert centers_from(config, config, clear).endswith("not below -1.645)")
+
+
+class _Estimates:
+    def __init__(self, points, clients):
+        self.total_points, self.num_clients = points, clients
+
+
+def test_the_reach_of_the_check_by_hand():
+    datapoint = parse_config({**PAPER, "privacy.max-points-per-client": 40}).privacy
+    client = parse_config({**PAPER, "privacy.level": "client",
+                           "privacy.max-points-per-client": 40}).privacy
+    # every point adds at most 1 in units of the clip: at most the (noisy) number of
+    # points, or clients x max-points-per-client at client level
+    assert largest_unit_sum(_Estimates(1234.5, 7.5), datapoint) == 1234.5
+    assert largest_unit_sum(_Estimates(math.nan, 7.5), client) == 300.0
+    assert largest_unit_sum(_Estimates(-3.0, -1.0), client) == 0.0  # noisy, below 0
+    assert largest_unit_sum(None, client) == math.inf  # no estimate round: no gate
+    assert POWER_STDS == pytest.approx(2 * 1.6448536269514722)
+
+
+@pytest.mark.parametrize("wide,narrow,reach,expected", [
+    (-1.7, -1.7, 10.0, True),    # both below -z
+    (-1.6, -9.0, 10.0, False),   # the wide sum (the bound's) not below -z
+    (-3.0, -1.0, 10.0, False),   # the narrow sum does not confirm, the wide not below -2z
+    (-3.3, -1.0, 10.0, True),    # the wide below -2z = -3.29, the narrow not against
+    (-9.0, 1.7, 10.0, False),    # the narrow shows B cheaper: veto
+    (-9.0, -9.0, 3.2, False),    # the release cannot reach 2z: noise whatever the data
+    (-9.0, -9.0, 3.3, True),
+])
+def test_the_decision_by_hand(wide, narrow, reach, expected):
+    assert returns_protocol(wide, narrow, reach) is expected
+    assert STRONG_STDS == POWER_STDS == pytest.approx(3.2897072539029444)

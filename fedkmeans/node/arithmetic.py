@@ -179,13 +179,15 @@ class StageArithmetic:
         return self._clip_jointly(sums.reshape(m, k, self.dim), counts.astype(np.float64))
 
     def cost_differences(
-        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray
+        self, clients: Sequence[int], centers: np.ndarray, alternative: np.ndarray,
+        clips=None,
     ) -> dict[str, np.ndarray]:
-        """The final check: each client's clipped cost difference of A and B, (m, 1).
+        """The final check: each client's clipped cost differences of A and B, (m, 1) each.
 
-        :func:`~fedkmeans.stages.check.cost_differences` with ``tau =
-        privacy.check-clip``, then at client level each client's value clipped to
-        ``tau * max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
+        :func:`~fedkmeans.stages.check.cost_differences` in units of each of ``clips``
+        (the wide and the narrow clip the server sent; None: ``privacy.check-clip`` for
+        both), then at client level each client's value clipped to
+        ``max-points-per-client`` (:mod:`fedkmeans.stages.check`). On the points
         before the clip to the data radius (mapped by the public transform, the space
         of A and B): the clip at tau alone bounds the sensitivity, and the cost the
         run reports is on those points (the radius clip moved the comparison away
@@ -196,16 +198,19 @@ class StageArithmetic:
         self.reusable.clear()  # kept for step 1 only
         clients = list(clients)
         owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
-        tau = check_clip_of(self.config.privacy)
-        rows, start = np.zeros((len(clients), 1)), 0
+        if clips is None:
+            clips = [check_clip_of(self.config.privacy)] * 2
+        clips = np.asarray(clips, dtype=np.float64).ravel()[:2]
+        rows, start = np.zeros((len(clients), 2)), 0
         with block_product_threads():
             for segment, mapped in self._original_segments(clients):  # no stacked copy
                 end = start + segment.shape[0]
-                rows += cost_differences(segment if mapped else self.transform.apply(segment),
-                                         owner[start:end], len(clients), centers, alternative,
-                                         tau)
+                rows[:, :clips.size] += cost_differences(
+                    segment if mapped else self.transform.apply(segment), owner[start:end],
+                    len(clients), centers, alternative, clips)
                 start = end
-        return {"cost_difference": self._clip_rows("cost_difference", rows)}
+        return {"cost_difference": self._clip_rows("cost_difference", rows[:, :1].copy()),
+                "cost_sign": self._clip_rows("cost_sign", rows[:, 1:].copy())}
 
     def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """The estimate round: each client's row of public-bin histograms, (m, width).

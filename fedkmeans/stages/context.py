@@ -44,6 +44,8 @@ class StageContext(Protocol):
     releases: Mapping[str, Release]
     non_private: list[str]
     check: dict | None
+    #: The estimate round's release, read (None: the run had none).
+    estimates: Any
 
     @property
     def k(self) -> int:

@@ -33,9 +33,8 @@ What ``auto`` means per setting
     :data:`CHECK_FRACTION` of the budget on every private FedDP-KMeans run with a fixed
     k. It replaces a public guard: the simulation cannot see how the clients differ from
     Q, so whether the protocol beats k-means on Q alone is decided on the clients' data.
-    ``check-clip``: the median squared distance of Q to the server-only centers, a
-    robust scale that Q's far-out points do not inflate
-    (:func:`~fedkmeans.stages.check.check_clip`).
+    ``check-clip``: left ``auto`` here; the check round sets it from the protocol's
+    centers, the server-only centers and Q (:func:`~fedkmeans.stages.check.check_clip`).
 
     ``min-server-weight``, ``min-cluster-count`` and ``extra-centers``: left ``auto``;
     the algorithm sets them from each release's noise scale (and the spare centers from
@@ -68,7 +67,7 @@ from fedkmeans.artefacts import json_number
 from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import integer_seed
-from fedkmeans.stages.check import CHOICE_STDS, check_clip, server_only_centers
+from fedkmeans.stages.check import CHOICE_STDS
 from fedkmeans.tuning.estimates import MISS_PROBABILITY, RADIUS_QUANTILE, PrivateEstimates
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
 
@@ -77,8 +76,9 @@ __all__ = [
 ]
 
 #: ``auto`` settings the algorithm resolves during the run, from released values and
-#: their noise scales (:mod:`fedkmeans.server.thresholds`).
-RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers")
+#: their noise scales (:mod:`fedkmeans.server.thresholds`), and the check's clip (set in
+#: the check round from the protocol's centers, :func:`fedkmeans.stages.check.check_clip`).
+RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers", "check_clip")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 #: Fraction of the calibrated plan's budget weight (the releases after the estimate
@@ -206,12 +206,11 @@ def _resolve_auto(
     if check_auto and checkable and estimates is not None and estimates.too_few_clients:
         return _server_only(config, privacy, record, estimates)
     if checkable and privacy.check_clip == AUTO:
-        alternative = server_only_centers(server_x, config.k,
-                                          integer_seed(config.seed, "init", "server-lloyds"))
-        privacy = replace(privacy, check_clip=check_clip(server_x, alternative))
         record["why"]["check_clip"] = (
-            "the median squared distance of the server's points to k-means on them (the "
-            "server-only answer the check compares with)")
+            "set in the check round from the protocol's centers A, the server-only "
+            "centers B and the server's data (stages.check.check_clip): the largest "
+            "cost difference of a point within the server's median distance of its "
+            "nearest center")
     if check_auto:  # the final choice is added after the search (not simulated)
         privacy = replace(privacy, check_share=0.0)
     base = replace(config, privacy=privacy)
