@@ -22,14 +22,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.supercore.task_identity import TaskIdentity
 from results_table import markdown_table, write_csv
 
 from fedkmeans import client_app
 from fedkmeans.config import parse_config
-from fedkmeans.engines import inprocess
-from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.experiment import run_flat
+from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.node import NodeData
 from fedkmeans.plugins import ENGINES
 from fedkmeans.privacy.distributed import node_contribution
@@ -76,10 +74,7 @@ class _Recorder(RunObserver):
 
 
 def _inprocess(flat: dict, nodes: int, recorder: _Recorder) -> dict:
-    run_id = next(inprocess._RUN_IDS)
-    configs = [{"partition-id": i, "num-partitions": nodes} for i in range(nodes)]
-    grid = InProcessGrid(client_app.app, flat, configs, run_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    grid = partitioned_grid(client_app.app, flat, nodes)
     return run_server(grid, parse_config(flat), observers=[recorder])
 
 

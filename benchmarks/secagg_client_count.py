@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from flwr.supercore.task_identity import TaskIdentity
 from results_table import write_tables
 
 from fedkmeans import client_app
@@ -44,8 +43,7 @@ from fedkmeans.artefacts import release_leaves, release_view
 from fedkmeans.config import parse_config
 from fedkmeans.data import _npz_version
 from fedkmeans.data.npz import save_npz
-from fedkmeans.engines import inprocess
-from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.privacy import distributed
 from fedkmeans.privacy.distributed import TAIL_SIGMAS, quantization_range
 from fedkmeans.runner import run_server
@@ -92,10 +90,7 @@ class _Published(RunObserver):
 def one_run(data: Path, clients: int, out: Path) -> tuple[dict, dict, dict]:
     """One in-process run with one node per client: (result, published values, release)."""
     flat = {**FLAT, "data.path": str(data), "output-dir": str(out)}
-    run_id = next(inprocess._RUN_IDS)
-    nodes = [{"partition-id": i, "num-partitions": clients} for i in range(clients)]
-    grid = InProcessGrid(client_app.app, flat, nodes, run_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    grid = partitioned_grid(client_app.app, flat, clients)
     observer = _Published()
     result = run_server(grid, parse_config(flat), observers=[observer])
     return result, observer.values, release_view(json.loads(json.dumps(result)),

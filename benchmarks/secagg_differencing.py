@@ -25,15 +25,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from flwr.supercore.task_identity import TaskIdentity
 from results_table import write_tables
 from scipy.special import gammaln
 
 from fedkmeans import client_app
 from fedkmeans.attacks.differencing import combine_runs, leading_direction
 from fedkmeans.config import parse_config
-from fedkmeans.engines import inprocess
-from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_l2
 from fedkmeans.runner import run_server
@@ -71,10 +69,7 @@ class _Observer(RunObserver):
 
 def _release(flat: dict) -> tuple[np.ndarray, float]:
     """One in-process run (real ClientApp, real SecAgg+): the noisy sum and its sigma."""
-    run_id = next(inprocess._RUN_IDS)
-    nodes = [{"partition-id": i, "num-partitions": NODES} for i in range(NODES)]
-    grid = InProcessGrid(client_app.app, flat, nodes, run_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    grid = partitioned_grid(client_app.app, flat, NODES)
     observer = _Observer()
     result = run_server(grid, parse_config(flat), observers=[observer])
     sigma = next(r["noise_scale"] for r in result["privacy"]["releases"] if r["stage"] == STAGE)

@@ -187,7 +187,8 @@ def summary(rows: list[dict], header: str = "") -> list[str]:
     lines = [
         "# Uneven cluster sizes: protocol, final answer, server alone", "",
         header, "",
-        "Generator and cells: `benchmarks/uneven_clusters.py`'s docstring. Cost / optimal; `choice wrong`: the final answer more than 2 % worse "
+        "Generator and cells: `benchmarks/uneven_clusters.py`'s docstring. Cost / optimal; "
+        "`choice wrong`: the final answer more than 2 % worse "
         "than the better of the run's own A and B (true cost). Server min: fewest server "
         "points of one cluster over the seeds. Runs merging: runs whose answer leaves two "
         "true clusters with one majority center (protocol's own / final / server-only).",
@@ -237,7 +238,8 @@ def _acceptance(big: list[dict], cells: dict) -> list[str]:
                    for k in sorted(failing)[:12]) + ")"))
     cap = [r for r in big if r["final"] > SERVER_CAP * r["server"]]
     out.append(f"- final > {SERVER_CAP} x server-only: {len(cap)} of {len(big)} runs"
-               + ("" if not cap else " (worst " + f"{max(r['final'] / r['server'] for r in cap):.3f})"))
+               + ("" if not cap
+                  else " (worst " + f"{max(r['final'] / r['server'] for r in cap):.3f})"))
     wins = [r for r in big if r["protocol"] <= PROTOCOL_WIN * r["server"]]
     kept = [r for r in wins if r["final"] <= SERVER_WIN_BAR * r["server"]]
     out.append(f"- where protocol's own <= {PROTOCOL_WIN} x server's: final <= "

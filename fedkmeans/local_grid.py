@@ -27,7 +27,7 @@ from fedkmeans.blas_threads import running_alone
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["InProcessGrid", "SERVER_NODE_ID", "new_run_id"]
+__all__ = ["InProcessGrid", "SERVER_NODE_ID", "new_run_id", "partitioned_grid"]
 
 SERVER_NODE_ID = 0
 _RUN_IDS = itertools.count(1)
@@ -133,3 +133,13 @@ class InProcessGrid(Grid):
             return Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
         reply.metadata.__dict__["_message_id"] = str(uuid4())
         return reply
+
+
+def partitioned_grid(app, run_config, num_nodes: int) -> InProcessGrid:
+    """A fresh run's Grid of ``num_nodes`` in-process nodes of the ClientApp ``app``.
+
+    Node i gets ``partition-id = i`` and ``num-partitions = num_nodes``, as in the
+    Flower simulation (:func:`new_run_id` sets the task identity).
+    """
+    nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
+    return InProcessGrid(app, run_config, nodes, new_run_id())

@@ -77,8 +77,9 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
     k-means on the server's data after the protocol, by its noisy cost difference in
     noise standard deviations (``check["margin_sigmas"]``, post-processing of its
     release; "within the noise" when its size is below the bar, ``check["within_noise"]``:
-    then neither answer was shown better); the estimate round picks the server's before it, when it shows too few
-    clients (the resolved algorithm then differs from the declared one).
+    then neither answer was shown better); the estimate round picks the server's
+    before it, when it shows too few clients (the resolved algorithm then differs from
+    the declared one).
 
     Parameters
     ----------

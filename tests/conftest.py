@@ -64,19 +64,14 @@ def pytest_configure(config):
 
 def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
     """run_server on an InProcessGrid (real ClientApp, or ``app``), with observers."""
-    from flwr.supercore.task_identity import TaskIdentity
 
     from fedkmeans import client_app
     from fedkmeans.config import parse_config
-    from fedkmeans.engines import inprocess
-    from fedkmeans.engines.inprocess import InProcessGrid
+    from fedkmeans.local_grid import partitioned_grid
     from fedkmeans.runner import run_server
     from fedkmeans.server_app import observers_for
 
-    run_id = next(inprocess._RUN_IDS)
-    nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
-    grid = InProcessGrid(app or client_app.app, flat, nodes, run_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    grid = partitioned_grid(app or client_app.app, flat, num_nodes)
     config = parse_config(flat)
     # composed as the ServerApp composes a run: the curious server when `attack` asks
     observers = list(observers) + observers_for(config)

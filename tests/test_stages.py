@@ -14,13 +14,12 @@ import math
 import numpy as np
 import pytest
 from conftest import SMALL
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedkmeans import client_app
 from fedkmeans.algorithms import algorithm, release_plan
 from fedkmeans.config import parse_config
-from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.local_grid import new_run_id
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.server.context import ServerContext
@@ -62,8 +61,7 @@ def _context(flat: dict, epsilon: float) -> ServerContext:
     """A real pool over the in-process grid and the real ClientApp, calibrated for TOY."""
     config = parse_config(flat)
     nodes = [{"partition-id": i, "num-partitions": 3} for i in range(3)]
-    run_id = next(inprocess._RUN_IDS)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    run_id = new_run_id()
     pool = ClientPool(InProcessGrid(client_app.app, flat, nodes, run_id), config.federation)
     pool.register(wait_seconds=1)
     plan = TOY.plan(config.privacy, TOY.group)

@@ -17,15 +17,14 @@ from conftest import PAPER, SMALL, run_server_inprocess
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import PrivacySpent
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedkmeans import data as data_access
 from fedkmeans.artefacts import release_view
 from fedkmeans.client import OwnPoints, mount
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.config_node import node_config, node_settings
-from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.local_grid import new_run_id
 from fedkmeans.strategies import STRATEGIES, FedDPKMeans, KMeansStrategy
 
 NODES = 3
@@ -45,8 +44,7 @@ def _user_app(config) -> ClientApp:
 
 
 def _grid(app) -> InProcessGrid:
-    run_id = next(inprocess._RUN_IDS)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    run_id = new_run_id()
     nodes = [{"partition-id": i, "num-partitions": NODES} for i in range(NODES)]
     return InProcessGrid(app, {}, nodes, run_id)  # the user's run config: nothing of ours
 

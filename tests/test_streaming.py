@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from conftest import run_server_inprocess
 from flwr.app import Message
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedkmeans.config import FederationConfig
-from fedkmeans.engines import inprocess
 from fedkmeans.engines.inprocess import InProcessGrid
 from fedkmeans.experiment import run_flat
+from fedkmeans.local_grid import new_run_id
 from fedkmeans.server.aggregation import Fold, RunningSums, clipped_sum
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.pool import ClientPool
@@ -104,8 +103,7 @@ def _server_peak(clients: int, dim: int = 40, num_nodes: int = 4) -> tuple[int, 
     """Peak bytes traced while the pool folds one covariance round of ``clients``."""
     federation = FederationConfig(num_nodes=num_nodes, message_mb=0.25, inflight_mb=0.5)
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
-    run_id = next(inprocess._RUN_IDS)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    run_id = new_run_id()
     grid = _CountingGrid(_synthetic_app(num_nodes, clients // num_nodes, dim), {}, nodes,
                          run_id)
     pool = ClientPool(grid, federation)
@@ -174,10 +172,9 @@ def _run_on(grid_class, flat, num_nodes=4):
     from fedkmeans.config import parse_config
     from fedkmeans.runner import run_server
 
-    run_id = next(inprocess._RUN_IDS)
+    run_id = new_run_id()
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     grid = grid_class(client_app.app, flat, nodes, run_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
     return run_server(grid, parse_config(flat))
 
 

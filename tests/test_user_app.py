@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
-from fedkmeans.engines import inprocess
 from fedkmeans.engines.flower import flower_env, processes_with_env, stop_all
 from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.local_grid import new_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "examples" / "user-app"
@@ -53,8 +52,7 @@ def test_the_user_app_runs_in_process(tmp_path, monkeypatch, capsys):
         monkeypatch.delitem(sys.modules, name)
     from kmeans_app import client_app, server_app
 
-    run_id = next(inprocess._RUN_IDS)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
+    run_id = new_run_id()
     grid = InProcessGrid(client_app.app, {}, [{"partition-id": i, "num-partitions": 3}
                                               for i in range(3)], run_id)
     config = {"epsilon": 1.0, "num-nodes": 3, "curious": True, "out": str(tmp_path)}

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from flwr.app import Context, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
-from flwr.supercore.task_identity import TaskIdentity
 
-from fedkmeans.local_grid import _RUN_IDS, SERVER_NODE_ID, InProcessGrid
+from fedkmeans.local_grid import SERVER_NODE_ID, InProcessGrid, partitioned_grid
 
 __all__ = ["InProcessGrid", "SERVER_NODE_ID", "run_inprocess"]
 
@@ -31,14 +30,9 @@ def run_inprocess(
     Node i gets ``partition-id = i`` and ``num-partitions = num_nodes``, as in the
     Flower simulation.
     """
-    run_id = next(_RUN_IDS)
-    node_configs = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
-    grid = InProcessGrid(client_app, run_config, node_configs, run_id)
-    TaskIdentity.run_id = run_id
-    TaskIdentity.node_id = SERVER_NODE_ID
-    TaskIdentity.task_id = 0
+    grid = partitioned_grid(client_app, run_config, num_nodes)
     context = Context(
-        run_id=run_id,
+        run_id=grid._run_id,
         node_id=SERVER_NODE_ID,
         node_config={},
         state=RecordDict(),

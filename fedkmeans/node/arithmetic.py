@@ -10,8 +10,8 @@ client level each statistic is clipped here to its client bound
 (:func:`fedkmeans.stages.statistic_bounds`):
 
 * step 1 (:meth:`StageArithmetic.covariance_triangles`): ``X^T X`` per client
-  (batched products of clients of one size) read into its upper-triangle row, each row clipped by the Frobenius norm of
-  its full matrix;
+  (batched products of clients of one size) read into its upper-triangle row, each
+  row clipped by the Frobenius norm of its full matrix;
 * steps 2-3, the Lloyds steps and the evaluation assign all asked clients' points at
   once, then split exact counts and in-order sums by client; at client level a
   client's sums and counts are scaled by one common factor, so a clip never moves a

@@ -66,7 +66,6 @@ from fedkmeans.algorithms.server_baselines import SERVER_LLOYDS
 from fedkmeans.artefacts import json_number
 from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
-from fedkmeans.seeding import integer_seed
 from fedkmeans.stages.check import CHOICE_STDS
 from fedkmeans.tuning.estimates import MISS_PROBABILITY, RADIUS_QUANTILE, PrivateEstimates
 from fedkmeans.tuning.search import CLIENT_SPLITS, SPLITS, search
