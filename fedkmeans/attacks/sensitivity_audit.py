@@ -360,11 +360,9 @@ def run_world(
     -------
     WorldRun
     """
-    from flwr.supercore.task_identity import TaskIdentity
-
     from fedkmeans import client_app
     from fedkmeans.data.npz import save_npz
-    from fedkmeans.engines import inprocess
+    from fedkmeans.local_grid import partitioned_grid
     from fedkmeans.server.pool import ClientPool
     from fedkmeans.server.wiring import wire_context
     from fedkmeans.tuning.resolve import client_settings
@@ -376,10 +374,7 @@ def run_world(
              server_x=setup.server_x)
     flat = setup.flat(str(path), sampled=False)  # every client answers (see AuditSetup)
     config = parse_config(flat)
-    run_id = next(inprocess._RUN_IDS)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 0, 0
-    nodes = [{"partition-id": i, "num-partitions": 2} for i in range(2)]
-    grid = inprocess.InProcessGrid(client_app.app, flat, nodes, run_id)
+    grid = partitioned_grid(client_app.app, flat, 2)
     pool = ClientPool(grid, config.federation)
     pool.register()
     # the run's calibration (audit_plan.planned_releases), as its ledger records it
