@@ -33,7 +33,7 @@ import logging
 import os
 
 __all__ = ["DIAGNOSTICS_ENV", "NOT_PRIVATE", "FlowerSecAggLines", "announce",
-           "diagnostics_on_console", "quiet_flower_secagg", "say"]
+           "diagnostics_on_console", "log_through_flower", "quiet_flower_secagg", "say"]
 
 #: ``FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1``: the diagnostic lines replace the public ones.
 DIAGNOSTICS_ENV = "FEDKMEANS_DIAGNOSTICS_ON_CONSOLE"
@@ -104,3 +104,24 @@ def quiet_flower_secagg() -> None:
     flower = logging.getLogger("flwr")
     if not any(isinstance(f, FlowerSecAggLines) for f in flower.filters):
         flower.addFilter(FlowerSecAggLines())
+
+
+def log_through_flower() -> None:
+    """Send ``fedkmeans`` log records to the ``flwr`` logger's handlers.
+
+    A ServerApp's own logger is not streamed by ``flwr run --stream``; Flower's is.
+    The level is set to INFO unless the caller chose one (sweeps use WARNING). Used by
+    the experiment's ServerApps and by the library's strategies in a user's app.
+    """
+    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
+    if ours.level == logging.NOTSET:
+        ours.setLevel(logging.INFO)
+    # colour codes only on a terminal: never in a redirected log or a captured stream
+    for handler in flower.handlers:
+        stream = getattr(handler, "stream", None)
+        if hasattr(handler, "colored") and not (stream is not None and stream.isatty()):
+            handler.colored = False
+    for handler in flower.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = not flower.handlers

@@ -15,7 +15,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.config import ExperimentConfig, parse_config
-from fedkmeans.flower_logging import log_through_flower, one_line_failure
+from fedkmeans.console import log_through_flower
+from fedkmeans.flower_logging import one_line_failure
 from fedkmeans.runner import run_server
 from fedkmeans.server.observer import RunObserver, attack
 

@@ -10,7 +10,7 @@ clipped points. With the operator's opt-in (``FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1
 lines do differ: the comparison is not vacuous.
 
 The in-process engine runs the same server code as ``flwr run`` (:mod:`fedkmeans.runner`
-through the ServerApp; :func:`fedkmeans.flower_logging.log_through_flower` hands these
+through the ServerApp; :func:`fedkmeans.console.log_through_flower` hands these
 records to Flower's handlers, which ``flwr run --stream`` prints), so capturing the
 ``fedkmeans`` and ``flwr`` loggers here captures every line of either.
 """

@@ -42,6 +42,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from fedkmeans.artefacts import release_view
 from fedkmeans.checkpoint import Checkpoint
+from fedkmeans.console import log_through_flower
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.session import RunOutcome, run_protocol
 from fedkmeans.statements import clipping_summary, summary_line
@@ -186,7 +187,7 @@ class KMeansStrategy(Strategy):
                                  f"(the protocol's rounds decide it), got {value!r}")
         config = self.config if timeout is None else _with_timeout(self.config, timeout)
         if self.console:
-            _through_flower()  # flwr run --stream shows Flower's logger, not ours
+            log_through_flower()  # flwr run --stream shows Flower's logger, not ours
         LOG.info("Starting %s strategy", type(self).__name__)
         self.summary()
         outcome = run_protocol(grid, config, self.server_x, checkpoint=checkpoint,
@@ -317,23 +318,6 @@ class KMeansStrategy(Strategy):
             raise RuntimeError(f"{type(self).__name__}: evaluate after start() (the "
                                "registered nodes and their settings come from the run)")
         return self.outcome.pool
-
-
-def _through_flower() -> None:
-    """Hand this package's log records to the ``flwr`` logger's handlers.
-
-    A ServerApp's own loggers are not streamed by ``flwr run --stream``; Flower's is.
-    The level is set to INFO unless the caller chose one. (The experiment's ServerApp
-    does the same with :func:`fedkmeans.flower_logging.log_through_flower`, which is
-    the harness's; a strategy is the library's.)
-    """
-    ours, flower = logging.getLogger("fedkmeans"), logging.getLogger("flwr")
-    if ours.level == logging.NOTSET:
-        ours.setLevel(logging.INFO)
-    for handler in flower.handlers:
-        if handler not in ours.handlers:
-            ours.addHandler(handler)
-    ours.propagate = not flower.handlers
 
 
 def _with_timeout(config, timeout: float):

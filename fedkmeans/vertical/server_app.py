@@ -21,7 +21,7 @@ import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedkmeans.flower_logging import log_through_flower
+from fedkmeans.console import log_through_flower
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.privacy.randomness import REPRODUCIBLE_NOTICE
 from fedkmeans.seeding import generator
