@@ -14,7 +14,7 @@ Every number in the attack tables is read from the run's result.json (`attack`),
 the command printed next to it reproduces it. Then: label inference vs number of
 queries on the released centers, the seed-reuse experiment (two releases on
 neighbouring data that reuse the root seed), and the canary-game audit
-(`python -m fedkmeans.audit`).
+(`python -m fedkmeans.experiment.audit`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import fedkmeans.attacks as attacks_pkg
 from fedkmeans.attacks.curious import CuriousServer
 from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
 from fedkmeans.attacks.scoring import cosine_similarity
-from fedkmeans.audit import audit
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run
+from fedkmeans.experiment.audit import audit
 from fedkmeans.seeding import generator
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -223,7 +223,8 @@ def audits(quick: bool) -> list[dict]:
             "accountant": r.accountant_epsilon, "eps_lb": r.epsilon_lb,
             "fp": r.false_positives, "fn": r.false_negatives,
             "n_eval": r.trials_evaluation, "seconds": r.seconds,
-            "command": f"python -m fedkmeans.audit --mechanism {mechanism} --epsilon {eps:g} "
+            "command": f"python -m fedkmeans.experiment.audit --mechanism {mechanism} "
+                       f"--epsilon {eps:g} "
             f"--trials {trials} {flags}".strip(),
         })
         print(rows[-1]["command"], f"eps_LB={r.epsilon_lb:.3f}",

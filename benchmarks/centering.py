@@ -68,7 +68,7 @@ def run_one(overrides: list[str], out: Path) -> dict:
 def hand_refusal(data: list[str]) -> str:
     """The one line ``tuning=none`` without centering gets (or 'accepted')."""
     from fedkmeans.config import ConfigError
-    from fedkmeans.experiment import compose_flat, preflight
+    from fedkmeans.experiment.cli import compose_flat, preflight
 
     try:
         preflight(compose_flat([*data, "tuning=none", "data.center=false"]))

@@ -50,7 +50,7 @@ def guess_settings(dataset: str, level: str) -> list[str]:
     """The user's guess: Delta from the server's data, loose client-level bounds."""
     from fedkmeans.config import parse_config
     from fedkmeans.data import load_server
-    from fedkmeans.experiment import compose_flat
+    from fedkmeans.experiment.cli import compose_flat
 
     config = parse_config(compose_flat([f"dataset={dataset}"]))
     server_x, _ = load_server(config)

@@ -136,7 +136,7 @@ def run_one(name: str, output_dir: Path) -> dict[str, object]:
     the same config again, which resumes from the checkpoint.
     """
     import fedkmeans
-    from fedkmeans.experiment import run_flat
+    from fedkmeans.experiment.cli import run_flat
 
     flat = flat_config(name, output_dir)
     facts: dict[str, object] = {"package": str(Path(fedkmeans.__file__).parent)}
@@ -146,7 +146,7 @@ def run_one(name: str, output_dir: Path) -> dict[str, object]:
         seed_the_shares(parse_config(flat).seed)
     if name == "resume":
         from fedkmeans.client_app import app as client_app
-        from fedkmeans.engines.inprocess import run_inprocess
+        from fedkmeans.experiment.engines.inprocess import run_inprocess
         from fedkmeans.server_app import app as server_app
 
         def failing(msg, context):

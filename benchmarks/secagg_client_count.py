@@ -43,10 +43,10 @@ from fedkmeans.artefacts import release_leaves, release_view
 from fedkmeans.config import parse_config
 from fedkmeans.data import _npz_version
 from fedkmeans.data.npz import save_npz
+from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.privacy import distributed
 from fedkmeans.privacy.distributed import TAIL_SIGMAS, quantization_range
-from fedkmeans.runner import run_server
 from fedkmeans.server import secagg as server_secagg
 from fedkmeans.server.observer import RunObserver
 

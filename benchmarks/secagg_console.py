@@ -30,7 +30,12 @@ from pathlib import Path
 
 from results_table import write_tables
 
-from fedkmeans.engines.flower import PROJECT_DIR, flower_env, processes_with_env, stop_all
+from fedkmeans.experiment.engines.flower import (
+    PROJECT_DIR,
+    flower_env,
+    processes_with_env,
+    stop_all,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results"

@@ -65,9 +65,14 @@ from results_table import markdown_table, write_csv
 
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_server
-from fedkmeans.engines import FLOWER
-from fedkmeans.engines.flower import free_port, process_alive, processes_with_env, stop_all
-from fedkmeans.experiment import flatten, run
+from fedkmeans.experiment.cli import flatten, run
+from fedkmeans.experiment.engines import FLOWER
+from fedkmeans.experiment.engines.flower import (
+    free_port,
+    process_alive,
+    processes_with_env,
+    stop_all,
+)
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 #: Environment markers given to both ``ray start`` processes (inherited by their daemons

@@ -72,7 +72,7 @@ def release_view(result: dict[str, Any], *, seed_is_secret: bool) -> dict[str, A
     Parameters
     ----------
     result : dict
-        The full result as :func:`fedkmeans.runner.run_server` builds it.
+        The full result as :func:`fedkmeans.experiment.runner.run_server` builds it.
     seed_is_secret : bool
         True when the noise was derived from ``seed`` (reproducible noise): the seed
         is then left out of the release, since it would give away the noise.

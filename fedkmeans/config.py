@@ -324,7 +324,7 @@ def registered(registry, default: str, value: object):
     """``one_of`` the registry's names; its default accepted without reading it.
 
     The attack and engine registries' built-ins are the harness's modules
-    (:mod:`fedkmeans.attacks`, :mod:`fedkmeans.engines`), loaded the first time the
+    (:mod:`fedkmeans.attacks`, :mod:`fedkmeans.experiment.engines`), loaded the first time the
     registry is read. The library's own runs (the strategies, the estimator) keep the
     defaults (no attack; the engine is the caller's Grid), so checking them reads no
     registry and loads nothing of the harness; any other value is checked against the
@@ -339,7 +339,7 @@ def registered(registry, default: str, value: object):
 class FederationConfig:
     """How the server talks to the nodes (``federation.*``)."""
 
-    #: A registered engine (:mod:`fedkmeans.engines`): ``inprocess`` runs the real
+    #: A registered engine (:mod:`fedkmeans.experiment.engines`): ``inprocess`` runs the real
     #: ServerApp and ClientApp in this process, ``flower`` a ``flwr run`` simulation.
     engine: str = key("inprocess", Dependent(
         lambda c: registered(ENGINES, "inprocess", c.federation.engine)))

@@ -6,7 +6,7 @@ node (``partition-id`` / ``num-partitions`` node config, as the Flower simulatio
 gives). Message content goes through Flower's own record types, so the server and
 client code paths are exactly those of ``flwr run``; only transport and process
 isolation are skipped. The scikit-learn estimator simulates its federation on it; the
-experiment's in-process engine (:mod:`fedkmeans.engines.inprocess`) runs the bundled
+experiment's in-process engine (:mod:`fedkmeans.experiment.engines.inprocess`) runs the bundled
 apps on it.
 """
 
@@ -55,7 +55,7 @@ class InProcessGrid(Grid):
 
     #: The ServerApp's caller (:func:`run_inprocess`) gets a failure's own exception: the
     #: experiment reports it (one line on the command line), not the ServerApp
-    #: (:func:`fedkmeans.flower_logging.one_line_failure`).
+    #: (:func:`fedkmeans.experiment.flower_logging.one_line_failure`).
     errors_to_caller = True
 
     def __init__(

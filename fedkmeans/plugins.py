@@ -3,7 +3,7 @@
 A :class:`Registry` maps a name (the config value: ``algorithm = kfed``) to one object
 that says everything about it. Every registry of the project is one: the algorithms
 (:class:`fedkmeans.algorithms.Algorithm`), attacks (:class:`fedkmeans.attacks.Attack`)
-and engines (:class:`fedkmeans.engines.Engine`) here; the data sets
+and engines (:class:`fedkmeans.experiment.engines.Engine`) here; the data sets
 (:data:`fedkmeans.data.catalog.DATASETS`, with aliases, subscribers and the
 ``fedkmeans.datasets`` entry points); the protocol stages
 (:mod:`fedkmeans.stages.spec`, whose subscriber is the ClientApp); the noise
@@ -148,5 +148,5 @@ class Registry(Generic[T]):
 ALGORITHMS: Registry = Registry("algorithm", "fedkmeans.algorithms")
 #: name -> :class:`fedkmeans.attacks.Attack`.
 ATTACKS: Registry = Registry("attack", "fedkmeans.attacks")
-#: name -> :class:`fedkmeans.engines.Engine`.
-ENGINES: Registry = Registry("engine", "fedkmeans.engines")
+#: name -> :class:`fedkmeans.experiment.engines.Engine`.
+ENGINES: Registry = Registry("engine", "fedkmeans.experiment.engines")

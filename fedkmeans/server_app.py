@@ -1,7 +1,7 @@
 """Flower ServerApp: read the run config, run the experiment, write ``result.json``.
 
 Thin by design: validation is :func:`fedkmeans.config.parse_config` (before any
-message is sent) and the protocol is :func:`fedkmeans.runner.run_server`. This module
+message is sent) and the protocol is :func:`fedkmeans.experiment.runner.run_server`. This module
 is where a run is composed: it builds the observers of the configured attack (the
 curious server with ``attack = curious``, :data:`fedkmeans.plugins.ATTACKS`) and hands
 them to the honest runner (the runner never builds one).
@@ -16,8 +16,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.config import ExperimentConfig, parse_config
 from fedkmeans.console import log_through_flower
-from fedkmeans.flower_logging import one_line_failure
-from fedkmeans.runner import run_server
+from fedkmeans.experiment.flower_logging import one_line_failure
+from fedkmeans.experiment.runner import run_server
 from fedkmeans.server.observer import RunObserver, attack
 
 app = ServerApp()
@@ -28,7 +28,7 @@ def main(grid: Grid, context: Context) -> None:
     """Run the configured algorithm on the connected nodes.
 
     Under Flower, a failure is one ERROR line
-    (:func:`fedkmeans.flower_logging.one_line_failure`) and a failed run in Flower's
+    (:func:`fedkmeans.experiment.flower_logging.one_line_failure`) and a failed run in Flower's
     records; ``flwr run --stream`` still exits 0. A grid whose caller reports errors
     itself (``errors_to_caller``: the in-process engine) gets the exception as raised.
     """

@@ -8,7 +8,7 @@ calibrated plan, the algorithm (FedDP-Init, FedDP-Lloyds, the final private choi
 the ledger. It returns a :class:`RunOutcome`; nothing is written anywhere unless a
 :class:`~fedkmeans.checkpoint.Checkpoint` is handed in.
 
-Its users: the experiment harness (:func:`fedkmeans.runner.run_server`, which adds the
+Its users: the experiment harness (:func:`fedkmeans.experiment.runner.run_server`, which adds the
 output directory, the non-private evaluation and the files), the Flower strategies
 (:mod:`fedkmeans.strategies`) and the scikit-learn estimator
 (:class:`fedkmeans.FedDPKMeans`). The server side of the rounds around a pool (the

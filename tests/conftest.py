@@ -67,8 +67,8 @@ def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
 
     from fedkmeans import client_app
     from fedkmeans.config import parse_config
+    from fedkmeans.experiment.runner import run_server
     from fedkmeans.local_grid import partitioned_grid
-    from fedkmeans.runner import run_server
     from fedkmeans.server_app import observers_for
 
     grid = partitioned_grid(app or client_app.app, flat, num_nodes)

@@ -37,7 +37,7 @@ from fedkmeans.attacks.scoring import (
     tpr_at_fpr,
 )
 from fedkmeans.clustering.client_stats import cluster_sums_counts
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.seeding import generator
 
 

@@ -5,8 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from fedkmeans import audit as audit_module
-from fedkmeans.audit import audit, canary_game, clopper_pearson, epsilon_lower_bound, main
+from fedkmeans.experiment import audit as audit_module
+from fedkmeans.experiment.audit import (
+    audit,
+    canary_game,
+    clopper_pearson,
+    epsilon_lower_bound,
+    main,
+)
 from fedkmeans.privacy.mechanisms import GaussianMechanism
 
 

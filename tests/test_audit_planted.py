@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from conftest import run_server_inprocess
 
-from fedkmeans import audit as audit_cli
 from fedkmeans import node as node_module
 from fedkmeans.attacks import sensitivity_audit as sa
 from fedkmeans.attacks.audit_plan import budget_audit, run_plans
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, sensitivity_audit
+from fedkmeans.experiment import audit as audit_cli
 from fedkmeans.privacy.accountant import PrivacyAccountant
 from fedkmeans.stages import spec
 from fedkmeans.tuning import plan as run_plan

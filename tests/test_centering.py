@@ -14,7 +14,7 @@ from conftest import SMALL, run_server_inprocess
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.data.npz import save_npz
 from fedkmeans.data.transform import IDENTITY, PublicTransform
-from fedkmeans.experiment import compose_flat, preflight
+from fedkmeans.experiment.cli import compose_flat, preflight
 from fedkmeans.node import NodeData
 
 OFFSET = 100.0
@@ -147,7 +147,7 @@ def test_a_hand_radius_below_most_of_the_servers_norms_is_refused(tmp_path):
 def test_the_flower_engine_maps_the_points_as_the_inprocess_one(tmp_path):
     """A file's nodes load their points to register, unmapped; the transform reaches them
     with the first request (their shared shards are of the mapped points): same bits."""
-    from fedkmeans.experiment import run_flat
+    from fedkmeans.experiment.cli import run_flat
 
     path = _shifted_mixture(tmp_path)
     flat = {**_file(path, tmp_path), "federation.num-nodes": 3,

@@ -8,7 +8,7 @@ from conftest import PAPER
 
 from fedkmeans.algorithms import release_plan
 from fedkmeans.config import ConfigError, parse_config
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.stages import check_runs, feddp_init, statistic_bounds
 from fedkmeans.stages.check import (
     CHOICE_ERROR,

@@ -23,8 +23,8 @@ from fedkmeans.checkpoint import (
 )
 from fedkmeans.config import parse_config
 from fedkmeans.data.npz import save_npz
-from fedkmeans.engines.inprocess import run_inprocess
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.fingerprint import data_fingerprint
 from fedkmeans.server_app import app as server_app
 
@@ -241,7 +241,7 @@ def test_the_flower_engine_refuses_a_damaged_checkpoint_before_starting_flower(
     small_config, tmp_path, monkeypatch
 ):
     """The check runs in the experiment process: no SuperLink or Ray is started for it."""
-    import fedkmeans.engines.flower as flower_engine
+    import fedkmeans.experiment.engines.flower as flower_engine
 
     run_flat(small_config)
     checkpoint = tmp_path / "out" / "checkpoint"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedkmeans.experiment import hydra_error_line
+from fedkmeans.experiment.cli import hydra_error_line
 
 
 def _cli(args, cwd, **env):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fedkmeans.config import parse_config
-from fedkmeans.experiment import run_flat
-from fedkmeans.rundir import LOCK_FILE, OutputDirError, claim_output_dir
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.rundir import LOCK_FILE, OutputDirError, claim_output_dir
 
 TINY = ["data.dim=4", "data.components=3", "k=3", "data.num-clients=6",
         "data.points-per-client=20", "data.server-points-per-component=5",
@@ -87,7 +87,7 @@ def test_cli_config_errors_are_one_line_naming_the_key(tmp_path, args, key):
 
 _FREEZE_PROBE = """
 import gc, sys
-import fedkmeans.experiment as experiment
+import fedkmeans.experiment.cli as experiment
 counts = []
 run_flat = experiment.run_flat
 def probe(flat):

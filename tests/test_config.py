@@ -18,7 +18,7 @@ from fedkmeans.config import (
     parse_config,
 )
 from fedkmeans.data import catalog
-from fedkmeans.experiment import flatten
+from fedkmeans.experiment.cli import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "fedkmeans" / "conf"
@@ -172,7 +172,7 @@ def test_checked_in_sweeps_compose_as_multirun(sweep):
 
 
 def test_figure1_sweep_is_the_papers_grid():
-    from fedkmeans.sweep import count_jobs
+    from fedkmeans.experiment.sweep import count_jobs
 
     params = dict(_compose(["sweep=figure1"], hydra=True).hydra.sweeper.params)
     assert params["privacy.epsilon"] == "0.1,0.2,0.4,0.8,1.6"
@@ -235,7 +235,7 @@ def test_missing_data_package_is_named(monkeypatch):
 
 
 def test_algorithm_k_is_an_alias_of_k():
-    from fedkmeans.experiment import resolve_aliases
+    from fedkmeans.experiment.cli import resolve_aliases
 
     overrides = resolve_aliases(["algorithm.k=auto", "algorithm=feddp-kmeans", "seed=1"])
     assert overrides == ["k=auto", "algorithm=feddp-kmeans", "seed=1"]

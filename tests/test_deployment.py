@@ -1,6 +1,6 @@
 """Deployment with real processes: SuperLink + 3 SuperNodes on localhost, TLS + node auth.
 
-One module-scoped deployment (prepared with the CLI, started with `fedkmeans.deploy.up`)
+One module-scoped deployment (prepared with the CLI, started with `fedkmeans.experiment.deploy.up`)
 serves the end-to-end run and the refused-key test; the insecure test starts its own.
 Everything is stopped by PID and the tests assert that no process carrying the
 deployment's marker is left. Each deployment round costs several seconds (nodes poll
@@ -20,11 +20,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedkmeans import deploy
 from fedkmeans.data.npz import load_npz
-from fedkmeans.deploy import pki
-from fedkmeans.engines.flower import free_port, processes_with_env
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment import deploy
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.deploy import pki
+from fedkmeans.experiment.engines.flower import free_port, processes_with_env
 
 MIXTURE = {
     "seed": 0,

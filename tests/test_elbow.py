@@ -48,7 +48,7 @@ def test_elbow_edge_cases_and_determinism():
 
 
 def test_k_auto_run_reports_the_chosen_k(small_config):
-    from fedkmeans.experiment import run_flat
+    from fedkmeans.experiment.cli import run_flat
 
     # k-max < d = 8: with k-max >= d step 1 would be skipped (the subspace is the space)
     # reproducible noise: with secret noise the elbow picked 3 once in a suite run (and

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import norm
 
 from fedkmeans.config import parse_config
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import UNDECLARED_MAX_POINTS
 from fedkmeans.privacy.registry import GAUSSIAN

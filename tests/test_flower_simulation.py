@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedkmeans.engines.flower import (
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.engines.flower import (
     PROJECT_DIR,
     flower_env,
     free_port,
     processes_with_env,
     stop_all,
 )
-from fedkmeans.experiment import run_flat
 
 pytestmark = pytest.mark.flower
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from fedkmeans.attacks.ledger_check import recompute_epsilon
-from fedkmeans.audit import main
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.audit import main
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.privacy.accountant import gaussian_epsilon
 
 

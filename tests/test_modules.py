@@ -12,8 +12,9 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(fedkmeans.__path__, "fedk
 
 
 def test_the_package_has_its_layers():
-    assert {"fedkmeans.stages.estimate", "fedkmeans.tuning.estimates", "fedkmeans.runner",
-            "fedkmeans.engines.flower", "fedkmeans.engines.watchdog"} <= set(MODULES)
+    assert {"fedkmeans.stages.estimate", "fedkmeans.tuning.estimates",
+            "fedkmeans.experiment.runner", "fedkmeans.experiment.engines.flower",
+            "fedkmeans.experiment.engines.watchdog"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -10,7 +10,7 @@ import pytest
 from fedkmeans import client_app
 from fedkmeans.config import parse_config
 from fedkmeans.data.transform import PublicTransform
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import row_norms
 

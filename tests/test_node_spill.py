@@ -8,7 +8,7 @@ import pytest
 from fedkmeans.config import parse_config
 from fedkmeans.data import load_client
 from fedkmeans.data.mixture import mixture_block, mixture_client
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import row_norms
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fedkmeans.engines.flower import process_alive, stop_all
+from fedkmeans.experiment.engines.flower import process_alive, stop_all
 
 pytestmark = pytest.mark.flower
 

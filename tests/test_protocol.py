@@ -21,8 +21,8 @@ from fedkmeans.clustering import (
 )
 from fedkmeans.clustering.client_stats import symmetric_from_upper, upper_triangle
 from fedkmeans.config import parse_config
-from fedkmeans.engines.inprocess import run_inprocess
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server.pool import FederationError

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedkmeans.engines.flower import free_port, run_flower, stop_all
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.engines.flower import free_port, run_flower, stop_all
 
 pytestmark = pytest.mark.flower
 

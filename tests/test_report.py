@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.sweep import columns
+from fedkmeans.experiment.sweep import columns
 
 pytest.importorskip("matplotlib")
 
 from conftest import PAPER  # noqa: E402
 
-from fedkmeans.report import main, report  # noqa: E402
+from fedkmeans.experiment.report import main, report  # noqa: E402
 
 #: (level, algorithm, epsilon, seed) -> cost ratio; accuracy = 2 - ratio.
 RATIOS = {
@@ -96,7 +96,7 @@ def test_report_without_results_is_a_clear_error(tmp_path):
 
 
 def test_an_algorithm_keeps_its_colour_in_every_report():
-    from fedkmeans.report import algorithm_colour, algorithm_colours
+    from fedkmeans.experiment.report import algorithm_colour, algorithm_colours
 
     assert algorithm_colour("feddp-kmeans") == "C0" and algorithm_colour("kfed") == "C5"
     assert len(set(algorithm_colours().values())) == len(algorithm_colours())
@@ -104,7 +104,7 @@ def test_an_algorithm_keeps_its_colour_in_every_report():
 
 
 def test_tuning_auto_runs_are_reported_apart(tmp_path):
-    from fedkmeans.report import algorithm_colour, load
+    from fedkmeans.experiment.report import algorithm_colour, load
 
     sweep = _fixture(tmp_path / "sweep")
     path = sweep / "results.csv"

@@ -21,14 +21,14 @@ import psutil
 import pytest
 
 from fedkmeans.config import ConfigError, parse_config
-from fedkmeans.engines.flower import (
+from fedkmeans.experiment.engines.flower import (
     PROJECT_DIR,
     flower_env,
     process_alive,
     processes_with_env,
     stop_all,
 )
-from fedkmeans.rundir import claim_output_dir, remove_unused_run_dir
+from fedkmeans.experiment.rundir import claim_output_dir, remove_unused_run_dir
 
 CONFIG = parse_config({})
 
@@ -80,7 +80,7 @@ def test_a_serverapp_failure_under_flower_is_one_line_and_flower_logs_no_traceba
     from flwr.app import Context, RecordDict
 
     from fedkmeans import server_app
-    from fedkmeans.flower_logging import RunFailed
+    from fedkmeans.experiment.flower_logging import RunFailed
 
     monkeypatch.delenv("FEDKMEANS_TRACEBACK", raising=False)
     context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(),

@@ -11,7 +11,7 @@ from conftest import SMALL, run_server_inprocess
 from fedkmeans import client_app
 from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.data.npz import save_npz
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 
 
 def _reject_constant(value):

@@ -59,7 +59,7 @@ def test_no_estimate_round_without_a_release_or_without_privacy():
 def test_a_run_times_the_calibration_apart_from_the_tuning(tmp_path, monkeypatch):
     import time
 
-    from fedkmeans.experiment import run_flat
+    from fedkmeans.experiment.cli import run_flat
     from fedkmeans.tuning import plan as plan_module
 
     calibrate = plan_module.calibrated_releases

@@ -29,7 +29,7 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.clustering import cluster_sums_counts
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.console import DIAGNOSTICS_ENV
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.privacy.distributed import (

@@ -8,7 +8,7 @@ import pytest
 from conftest import PAPER
 
 from fedkmeans.attacks.resimulation import attack_trials, neighbouring_worlds
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.privacy.randomness import PrivateRandomness, secure_generator
 
 FLAT = {

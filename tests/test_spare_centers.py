@@ -17,7 +17,7 @@ from fedkmeans.clustering import (
     weighted_kmeans,
 )
 from fedkmeans.config import ConfigError, parse_config
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server.thresholds import spare_centers
 

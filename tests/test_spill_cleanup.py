@@ -145,7 +145,7 @@ def test_plain_flwr_run_leaves_no_spill_file(end, tmp_path, private_tmp):
     says); ``sigkill``: every process of the run is killed -9 while the actors hold
     their spill files (the worst way a Ray actor can end).
     """
-    from fedkmeans.engines.flower import flower_env, processes_with_env, stop_all
+    from fedkmeans.experiment.engines.flower import flower_env, processes_with_env, stop_all
 
     home = tmp_path / "flwr-home"
     home.mkdir()

@@ -18,7 +18,7 @@ from conftest import SMALL
 from fedkmeans import client_app
 from fedkmeans.algorithms import algorithm, release_plan
 from fedkmeans.config import parse_config
-from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.calibration import calibrate

@@ -23,7 +23,7 @@ from fedkmeans.artefacts import release_view
 from fedkmeans.client import OwnPoints, mount
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.config_node import node_config, node_settings
-from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 from fedkmeans.strategies import STRATEGIES, FedDPKMeans, KMeansStrategy
 
@@ -215,7 +215,7 @@ def test_a_node_reads_its_settings_from_the_request_and_sends_no_secret_seed():
 
 
 def test_the_experiment_refuses_the_mounted_data_set_before_any_node_starts(tmp_path):
-    from fedkmeans.experiment import preflight
+    from fedkmeans.experiment.cli import preflight
 
     with pytest.raises(ConfigError, match="'data.name' must name a data set the experiment "
                                           "can load; 'mounted'"):

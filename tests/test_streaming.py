@@ -11,8 +11,8 @@ from conftest import run_server_inprocess
 from flwr.app import Message
 
 from fedkmeans.config import FederationConfig
-from fedkmeans.engines.inprocess import InProcessGrid
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 from fedkmeans.server.aggregation import Fold, RunningSums, clipped_sum
 from fedkmeans.server.context import ServerContext
@@ -170,7 +170,7 @@ class _ReversedGrid(InProcessGrid):
 def _run_on(grid_class, flat, num_nodes=4):
     from fedkmeans import client_app
     from fedkmeans.config import parse_config
-    from fedkmeans.runner import run_server
+    from fedkmeans.experiment.runner import run_server
 
     run_id = new_run_id()
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]

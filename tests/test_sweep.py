@@ -13,7 +13,7 @@ import pytest
 from conftest import SMALL
 
 from fedkmeans.config import config_keys
-from fedkmeans.sweep import append_row, columns, count_jobs, eta_seconds, read_rows
+from fedkmeans.experiment.sweep import append_row, columns, count_jobs, eta_seconds, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 
 from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.data.catalog import Dataset, register
-from fedkmeans.experiment import flatten, run
+from fedkmeans.experiment.cli import flatten, run
 from fedkmeans.seeding import generator
 
 #: Three well separated blobs in the plane (public constants).

@@ -16,7 +16,7 @@ from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.config import AUTO, ConfigError, parse_config
 from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.thresholds import count_threshold, noise_std, spread
 from fedkmeans.tuning.federation import (

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from fedkmeans.engines.flower import flower_env, processes_with_env, stop_all
-from fedkmeans.engines.inprocess import InProcessGrid
+from fedkmeans.experiment.engines.flower import flower_env, processes_with_env, stop_all
+from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from fedkmeans.engines.flower import flower_env, processes_with_env, stop_all
+from fedkmeans.experiment.engines.flower import flower_env, processes_with_env, stop_all
 from fedkmeans.vertical.experiment import APP_DIR, run
 
 pytestmark = pytest.mark.flower

@@ -19,7 +19,7 @@ Two modules drive the real server code instead (and so import it):
 * :mod:`~fedkmeans.attacks.resimulation`: the analyst who replays a run from its
   published ``release.json`` and compares centers bit for bit.
 
-The command line of the audits (canary game and release path) is :mod:`fedkmeans.audit`.
+The command line of the audits (canary game and release path) is :mod:`fedkmeans.experiment.audit`.
 
 Importing this package registers the built-in attacks (``attack = none | curious``;
 :data:`fedkmeans.plugins.ATTACKS`, :class:`fedkmeans.server.observer.Attack`).

@@ -1,6 +1,7 @@
 """The canary game against the real mechanisms (audited by :mod:`~.canary_audit`).
 
-The command line is :mod:`fedkmeans.audit` (``python -m fedkmeans.audit``). The game,
+The command line is :mod:`fedkmeans.experiment.audit`
+(``python -m fedkmeans.experiment.audit``). The game,
 for one release (or one round's joint releases, e.g. a FedDP-Lloyds step's sums and
 counts):
 

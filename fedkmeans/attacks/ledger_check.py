@@ -14,7 +14,7 @@ calibration) and composes them:
 * Poisson sampling at rate ``q`` enters as ``sampling_prob`` of the group's PLD
   (all releases of a sampled group are Gaussian; the ledger enforces it).
 
-    python -m fedkmeans.audit --ledger outputs/run/release.json
+    python -m fedkmeans.experiment.audit --ledger outputs/run/release.json
 """
 
 from __future__ import annotations

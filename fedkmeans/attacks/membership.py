@@ -91,7 +91,7 @@ def laplace_llr(y: np.ndarray, mean_in: np.ndarray, mean_out: np.ndarray, b: flo
     and ``t = clip((y - out) / D, 0, 1)``: the same function, computed so that its two
     atoms (``y`` beyond both means) are exactly ``-|D|`` and ``+|D|`` whatever the bits of
     ``y``. The textbook floating-point form lets rounding leak the low-order bits of the
-    release into the score (see :mod:`fedkmeans.audit`, ``test="float"``).
+    release into the score (see :mod:`fedkmeans.experiment.audit`, ``test="float"``).
     """
     mean_in, mean_out = _means(mean_in, mean_out)
     b = _validate_scale("b", b)

@@ -1,6 +1,6 @@
 """Statistical privacy audit of one planned release through the real path: eps_LB.
 
-The second check of ``python -m fedkmeans.audit --path release``; the first, the
+The second check of ``python -m fedkmeans.experiment.audit --path release``; the first, the
 deterministic comparison of every release's measured change with the ledger's
 sensitivity, is :mod:`fedkmeans.attacks.sensitivity_audit`, whose neighbouring
 federations (probes) and real-path driver this module reuses.

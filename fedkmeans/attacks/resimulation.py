@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from fedkmeans.data.npz import save_npz
-from fedkmeans.experiment import run_flat
+from fedkmeans.experiment.cli import run_flat
 
 __all__ = ["attack_trials", "neighbouring_worlds", "resimulate"]
 

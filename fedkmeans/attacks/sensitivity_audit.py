@@ -8,7 +8,7 @@ file each and driven through the code a run executes:
 
 * :meth:`fedkmeans.node.NodeData.load` (the ClientApp's loader: points clipped to
   ``privacy.data-radius``), reached through :mod:`fedkmeans.client_app` on an
-  :class:`~fedkmeans.engines.inprocess.InProcessGrid`;
+  :class:`~fedkmeans.experiment.engines.inprocess.InProcessGrid`;
 * the stage's ``client`` function, or its ``wire`` form (step 1's upper triangles),
   packed and unpacked by :mod:`fedkmeans.wire`;
 * the pool's validation and the server's fold and clip

@@ -99,7 +99,7 @@ class GaussianMechanism:
     sampler: NumPy's ziggurat draws ``Z`` from 53-bit uniforms, and each lattice
     cell (width ``2**-32 sigma``) collects about ``2**20`` of its possible doubles, so
     the integer noise law is the rounded Gaussian up to the sampler's resolution; it
-    does not depend on the data (the float audit, ``python -m fedkmeans.audit --test
+    does not depend on the data (the float audit, ``python -m fedkmeans.experiment.audit --test
     float``, measures what remains).
     """
 
@@ -209,7 +209,7 @@ class LaplaceMechanism:
     Laplace (two-sided geometric) of scale ``b' / gamma`` and ``gamma`` a power of two
     about ``b * 2**-32``. The textbook ``f(D) + numpy Laplace noise`` leaks through the
     low-order bits of the double it returns (Mironov 2012; measured by ``python -m
-    fedkmeans.audit --mechanism counts --test float``: eps_LB 3.6 at a claimed 1.0):
+    fedkmeans.experiment.audit --mechanism counts --test float``: eps_LB 3.6 at a claimed 1.0):
     the set of doubles it can output depends on ``f(D)``. Here every output lies on
     the data-independent lattice ``gamma Z`` and is a shift of integer noise, so that
     channel is gone (the approach of Google's secure noise generation).

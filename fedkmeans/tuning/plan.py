@@ -1,6 +1,6 @@
 """The run's release plan: the estimate round's release, then the others calibrated with it.
 
-One function, :func:`plan_run`, used by the runner (:func:`fedkmeans.runner.run_server`)
+One function, :func:`plan_run`, used by the runner (:func:`fedkmeans.experiment.runner.run_server`)
 and by the release audit (:mod:`fedkmeans.attacks.audit_plan`), so the audit plans and
 calibrates exactly as a run does:
 

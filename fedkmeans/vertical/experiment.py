@@ -3,7 +3,7 @@
 >>> from fedkmeans.vertical.experiment import run
 >>> result = run({"dataset": "iris", "parties": 2, "defence": "full", "epsilon": 1.0})
 
-Any registered engine runs it (:mod:`fedkmeans.engines`): ``inprocess`` (the real
+Any registered engine runs it (:mod:`fedkmeans.experiment.engines`): ``inprocess`` (the real
 ServerApp and ClientApp, one Context per party) or ``flower`` (``flwr run`` on
 ``apps/vertical`` with H SuperNodes).
 """
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.engines.base import App
+from fedkmeans.experiment.engines.base import App
 from fedkmeans.plugins import ENGINES
 from fedkmeans.vertical.config import DEFAULTS, parse_vertical_config
 
@@ -24,7 +24,7 @@ __all__ = ["APP_DIR", "run"]
 
 #: The Flower app of the vertical protocol (its own pyproject.toml).
 APP_DIR = Path(__file__).resolve().parents[2] / "apps" / "vertical"
-#: The vertical app, as the engines run it (:class:`fedkmeans.engines.base.App`).
+#: The vertical app, as the engines run it (:class:`fedkmeans.experiment.engines.base.App`).
 APP = App(server="fedkmeans.vertical.server_app:app",
           client="fedkmeans.vertical.client_app:app", project_dir=APP_DIR)
 

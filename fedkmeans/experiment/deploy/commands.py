@@ -1,6 +1,6 @@
 """The SuperLink and SuperNode command lines, the CLI's connection and node registration.
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ from typing import Any
 
 import tomli_w
 
-from fedkmeans.deploy.layout import CONNECTION, DeploymentError, Layout, deployment_env, run_tool
+from fedkmeans.experiment.deploy.layout import (
+    CONNECTION,
+    DeploymentError,
+    Layout,
+    deployment_env,
+    run_tool,
+)
 
 LOG = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
-"""The command line: ``python -m fedkmeans.deploy prepare|up|run|down|demo|status|commands``.
+"""The deployment's command line (``python -m fedkmeans.experiment.deploy``).
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Subcommands: prepare, up, run, down, demo, status, commands.
+
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -12,16 +14,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fedkmeans.deploy.layout import SERVER_DATA_MODES, DeploymentError
-from fedkmeans.deploy.prepare import prepare
-from fedkmeans.deploy.processes import down, status, up
-from fedkmeans.deploy.runs import commands, parse_overrides, run
+from fedkmeans.experiment.deploy.layout import SERVER_DATA_MODES, DeploymentError
+from fedkmeans.experiment.deploy.prepare import prepare
+from fedkmeans.experiment.deploy.processes import down, status, up
+from fedkmeans.experiment.deploy.runs import commands, parse_overrides, run
 
 
 # -- command line -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fedkmeans.deploy",
+        prog="python -m fedkmeans.experiment.deploy",
         description="Deploy fedkmeans on a real SuperLink and SuperNodes (TLS + node auth).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,7 +97,7 @@ def _summary(result: Mapping) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point (``python -m fedkmeans.deploy -h``)."""
+    """Command line entry point (``python -m fedkmeans.experiment.deploy -h``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     args = _parser().parse_args(argv)
     try:

@@ -1,6 +1,6 @@
 """``up``, ``down`` and ``status``: start every process of a deployment, stop them by PID.
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.deploy.commands import (
+from fedkmeans.experiment.deploy.commands import (
     list_nodes,
     register_node,
     superlink_command,
     supernode_command,
     write_connection,
 )
-from fedkmeans.deploy.layout import (
+from fedkmeans.experiment.deploy.layout import (
     CHILDREN,
     DeploymentError,
     Layout,
@@ -32,7 +32,7 @@ from fedkmeans.deploy.layout import (
     read_json,
     write_json,
 )
-from fedkmeans.engines.flower import (
+from fedkmeans.experiment.engines.flower import (
     free_port,
     process_alive,
     stop_processes,

@@ -30,7 +30,7 @@ directory, never interleave rows. After each job a line shows jobs done / total,
 failures, elapsed time and the ETA (:func:`eta_seconds`); :class:`SweepCallback`
 counts the jobs when the multirun starts, and exits with status 1 at the end if a job
 failed (``FEDKMEANS_SWEEP_ALLOW_FAILURES=1`` keeps status 0). ``python -m
-fedkmeans.report SWEEP_DIR`` turns the table into plots and a Markdown summary.
+fedkmeans.experiment.report SWEEP_DIR`` turns the table into plots and a Markdown summary.
 """
 
 from __future__ import annotations
@@ -355,7 +355,8 @@ class SweepCallback(_Callback):
         failed = [r for r in rows if r["status"] == "failed"]
         print(
             f"[sweep] finished: {len(rows) - len(failed)} ok, {len(failed)} failed -> "
-            f"{sweep_dir / RESULTS_FILE}\n[sweep] report: python -m fedkmeans.report {sweep_dir}",
+            f"{sweep_dir / RESULTS_FILE}\n[sweep] report: "
+            f"python -m fedkmeans.experiment.report {sweep_dir}",
             flush=True,
         )
         if failed and os.environ.get(ALLOW_FAILURES_ENV) != "1":

@@ -1,6 +1,6 @@
 """``run``: one ``flwr run`` against a running deployment; the commands for several machines.
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -24,8 +24,13 @@ except ImportError:  # pragma: no cover - Python 3.10 (tomli comes with flwr)
     import tomli as tomllib
 
 from fedkmeans.config import nested_config, parse_config
-from fedkmeans.deploy.commands import flwr_cli, json_output, superlink_command, supernode_command
-from fedkmeans.deploy.layout import (
+from fedkmeans.experiment.deploy.commands import (
+    flwr_cli,
+    json_output,
+    superlink_command,
+    supernode_command,
+)
+from fedkmeans.experiment.deploy.layout import (
     CONNECTION,
     DeploymentError,
     Layout,
@@ -33,7 +38,7 @@ from fedkmeans.deploy.layout import (
     log_tail,
     read_json,
 )
-from fedkmeans.engines.flower import PROJECT_DIR
+from fedkmeans.experiment.engines.flower import PROJECT_DIR
 
 LOG = logging.getLogger(__name__)
 

@@ -2,12 +2,12 @@
 
 Command line::
 
-    python -m fedkmeans.audit --mechanism lloyds --epsilon 4 --trials 20000
-    python -m fedkmeans.audit --mechanism all --epsilon 1 --budget run
-    python -m fedkmeans.audit --mechanism covariance --epsilon 1 --under-noise
-    python -m fedkmeans.audit --path release --level both --trials 20000
-    python -m fedkmeans.audit --path release --trials 0 --aggregation secagg
-    python -m fedkmeans.audit --path release --mechanism histogram --legacy-sensitivity
+    python -m fedkmeans.experiment.audit --mechanism lloyds --epsilon 4 --trials 20000
+    python -m fedkmeans.experiment.audit --mechanism all --epsilon 1 --budget run
+    python -m fedkmeans.experiment.audit --mechanism covariance --epsilon 1 --under-noise
+    python -m fedkmeans.experiment.audit --path release --level both --trials 20000
+    python -m fedkmeans.experiment.audit --path release --trials 0 --aggregation secagg
+    python -m fedkmeans.experiment.audit --path release --mechanism histogram --legacy-sensitivity
 
 ``--path release`` audits every release of the runs' plans, planned and calibrated by
 the runner's own planning function (:mod:`fedkmeans.attacks.audit_plan`: one run per
@@ -81,7 +81,7 @@ FAILED = 1
 # -- command line ------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m fedkmeans.audit",
+        prog="python -m fedkmeans.experiment.audit",
         description="Canary-game privacy audit: empirical lower bound eps_LB next to the "
         "accountant's epsilon for the same mechanism.",
     )

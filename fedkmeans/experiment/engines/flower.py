@@ -15,7 +15,7 @@ A run owns its processes however the experiment ends:
   ``result.json`` that the dying server managed to write after the signal is removed
   with its ``release.json`` and ``diagnostics.json`` (the run did not finish);
 * SIGKILL of the experiment (or a crash of the interpreter): nothing in this process
-  runs, so a watchdog (:mod:`fedkmeans.engines.watchdog`, its own session) notices
+  runs, so a watchdog (:mod:`fedkmeans.experiment.engines.watchdog`, its own session) notices
   its pipe from this process closing and does the same cleanup.
 
 Why not process groups: the SuperLink and SuperExec put themselves in new sessions,
@@ -45,7 +45,7 @@ import tomli_w
 
 LOG = logging.getLogger(__name__)
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 
 class FlowerRunError(RuntimeError):
@@ -90,7 +90,7 @@ def _start_watchdog(home: Path, temp_dir: Path) -> subprocess.Popen:
     """The parent-death watchdog (its own session, stdin = a pipe from this process)."""
     env = {k: v for k, v in os.environ.items() if k != "FLWR_HOME"}
     return subprocess.Popen(
-        [sys.executable, "-m", "fedkmeans.engines.watchdog", str(home), str(temp_dir)],
+        [sys.executable, "-m", "fedkmeans.experiment.engines.watchdog", str(home), str(temp_dir)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
         env=env, text=True,
     )

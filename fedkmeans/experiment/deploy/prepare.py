@@ -1,6 +1,6 @@
 """``prepare``: one data file per node, the server's file, certificates, keys, a manifest.
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import numpy as np
 from fedkmeans.config import parse_config
 from fedkmeans.data.mixture import mixture_client, mixture_server
 from fedkmeans.data.npz import load_npz, save_npz
-from fedkmeans.deploy.layout import (
+from fedkmeans.experiment.deploy.layout import (
     SERVER_DATA_MODES,
     DeploymentError,
     Layout,
     live_processes,
     write_json,
 )
-from fedkmeans.deploy.pki import make_certificates, make_node_keys
-from fedkmeans.engines.flower import (
+from fedkmeans.experiment.deploy.pki import make_certificates, make_node_keys
+from fedkmeans.experiment.engines.flower import (
     PROJECT_DIR,
 )
 

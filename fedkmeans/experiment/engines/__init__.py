@@ -1,6 +1,6 @@
 """Engines that run a Flower app: the in-process Grid and a real ``flwr run``.
 
-Each is one :class:`~fedkmeans.engines.base.Engine`, registered by name
+Each is one :class:`~fedkmeans.experiment.engines.base.Engine`, registered by name
 (``federation.engine``; :data:`fedkmeans.plugins.ENGINES`). Importing this package
 registers both; their modules (Flower, Ray) are imported only when a run starts.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.engines.base import App, Engine, engine, load_component, register_engine
+from fedkmeans.experiment.engines.base import App, Engine, engine, load_component, register_engine
 
 __all__ = ["FLOWER", "INPROCESS", "App", "Engine", "engine", "register_engine"]
 
@@ -29,7 +29,7 @@ class InProcess(Engine):
     def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
             num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
         """Run ``app`` on an :class:`~.inprocess.InProcessGrid` (see :meth:`Engine.run`)."""
-        from fedkmeans.engines.inprocess import run_inprocess
+        from fedkmeans.experiment.engines.inprocess import run_inprocess
 
         try:
             run_inprocess(load_component(app.server), load_component(app.client),
@@ -51,7 +51,7 @@ class Flower(Engine):
     def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
             num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
         """Run ``app`` with :func:`~.flower.run_flower` (see :meth:`Engine.run`)."""
-        from fedkmeans.engines.flower import run_flower
+        from fedkmeans.experiment.engines.flower import run_flower
 
         return run_flower(run_config, num_nodes=num_nodes, num_cpus=num_cpus,
                           client_cpus=client_cpus, project_dir=app.project_dir,

@@ -1,14 +1,14 @@
 """Deployment with real processes: one SuperLink, N SuperNodes, TLS and node authentication.
 
 A scripted version of Flower's deployment runtime for this app. Every step is a
-function and a subcommand of ``python -m fedkmeans.deploy``::
+function and a subcommand of ``python -m fedkmeans.experiment.deploy``::
 
-    python -m fedkmeans.deploy prepare DIR --nodes 3      # data files, CA + certificate, node keys
-    python -m fedkmeans.deploy up DIR                     # SuperLink + 3 SuperNodes (TLS + auth)
-    python -m fedkmeans.deploy run DIR --set privacy.epsilon=1.0
-    python -m fedkmeans.deploy down DIR                   # stop every process by PID
+    python -m fedkmeans.experiment.deploy prepare DIR --nodes 3  # data, CA, node keys
+    python -m fedkmeans.experiment.deploy up DIR    # SuperLink + 3 SuperNodes (TLS + auth)
+    python -m fedkmeans.experiment.deploy run DIR --set privacy.epsilon=1.0
+    python -m fedkmeans.experiment.deploy down DIR  # stop every process by PID
 
-``python -m fedkmeans.deploy demo DIR`` does all four. ``commands DIR`` prints the
+``python -m fedkmeans.experiment.deploy demo DIR`` does all four. ``commands DIR`` prints the
 exact command lines, for starting the processes by hand on several machines.
 
 Layout of a deployment directory (keep it outside the repository: ``flwr run`` packs
@@ -45,8 +45,8 @@ also finds the processes Flower spawned (SuperExec, ServerApp, ClientApp).
 
 from __future__ import annotations
 
-from fedkmeans.deploy.cli import main
-from fedkmeans.deploy.commands import (
+from fedkmeans.experiment.deploy.cli import main
+from fedkmeans.experiment.deploy.commands import (
     list_nodes,
     node_config,
     register_node,
@@ -54,18 +54,18 @@ from fedkmeans.deploy.commands import (
     supernode_command,
     write_connection,
 )
-from fedkmeans.deploy.layout import (
+from fedkmeans.experiment.deploy.layout import (
     CONNECTION,
     MARKER,
     DeploymentError,
     Layout,
     deployment_env,
 )
-from fedkmeans.deploy.pki import make_certificates, make_node_keys
-from fedkmeans.deploy.prepare import prepare, split_dataset
-from fedkmeans.deploy.processes import down, status, up
-from fedkmeans.deploy.runs import commands, parse_overrides, run, run_config
-from fedkmeans.engines.flower import PROJECT_DIR
+from fedkmeans.experiment.deploy.pki import make_certificates, make_node_keys
+from fedkmeans.experiment.deploy.prepare import prepare, split_dataset
+from fedkmeans.experiment.deploy.processes import down, status, up
+from fedkmeans.experiment.deploy.runs import commands, parse_overrides, run, run_config
+from fedkmeans.experiment.engines.flower import PROJECT_DIR
 
 __all__ = [
     "CONNECTION",

@@ -1,6 +1,6 @@
 """Where a deployment lives (:class:`Layout`), its environment and its commands.
 
-Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedkmeans.engines.flower import (
+from fedkmeans.experiment.engines.flower import (
     processes_with_env,
 )
 

@@ -1,8 +1,8 @@
 """Privacy-utility report of a sweep: plots (PNG and SVG) and a Markdown summary.
 
-    python -m fedkmeans.report SWEEP_DIR [--out DIR]
+    python -m fedkmeans.experiment.report SWEEP_DIR [--out DIR]
 
-reads ``SWEEP_DIR/results.csv`` (:mod:`fedkmeans.sweep`) and writes to ``--out``
+reads ``SWEEP_DIR/results.csv`` (:mod:`fedkmeans.experiment.sweep`) and writes to ``--out``
 (default: ``SWEEP_DIR``):
 
 * ``cost_ratio.png`` / ``.svg``: k-means cost / optimal cost against the target
@@ -29,8 +29,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from fedkmeans.experiment.sweep import RESULTS_FILE, read_rows
 from fedkmeans.plugins import ALGORITHMS
-from fedkmeans.sweep import RESULTS_FILE, read_rows
 
 LEVELS = ("datapoint", "client")
 LEVEL_TITLES = {"datapoint": "data-point level", "client": "client level"}
@@ -389,7 +389,7 @@ def report(sweep_dir: Path, out: Path | None = None) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: ``python -m fedkmeans.report SWEEP_DIR [--out DIR]``."""
+    """Command line: ``python -m fedkmeans.experiment.report SWEEP_DIR [--out DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="directory with results.csv")
     parser.add_argument("--out", type=Path, default=None, help="output directory")

@@ -12,9 +12,9 @@ a pipe on its standard input whose only writer is the experiment process:
   watchdog reads end-of-file, stops every process with that ``FLWR_HOME`` by PID
   (SIGTERM, then SIGKILL) and removes the run's temporary directory.
 
-Command line (used by :func:`fedkmeans.engines.flower.run_flower` only)::
+Command line (used by :func:`fedkmeans.experiment.engines.flower.run_flower` only)::
 
-    python -m fedkmeans.engines.watchdog FLWR_HOME TEMP_DIR
+    python -m fedkmeans.experiment.engines.watchdog FLWR_HOME TEMP_DIR
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from fedkmeans.engines.flower import processes_with_env, stop_all
+from fedkmeans.experiment.engines.flower import processes_with_env, stop_all
 
 DONE = "done"
 
@@ -30,7 +30,8 @@ DONE = "done"
 def main(argv: list[str]) -> int:
     """Wait for the parent's word or its death; clean up after a death."""
     if len(argv) != 2:
-        print("usage: python -m fedkmeans.engines.watchdog FLWR_HOME TEMP_DIR", file=sys.stderr)
+        print("usage: python -m fedkmeans.experiment.engines.watchdog FLWR_HOME TEMP_DIR",
+              file=sys.stderr)
         return 2
     home, temp_dir = argv
     word = sys.stdin.readline().strip()

@@ -1,11 +1,11 @@
-"""Run one experiment (or a sweep) from the Hydra config (``fedkmeans/conf``).
+"""The command line: one experiment (or a sweep) from the Hydra config (``fedkmeans/conf``).
 
 Command line::
 
     python -m fedkmeans.experiment privacy.epsilon=0.5 federation.engine=flower
 
 prints the path of ``result.json``. With ``-m`` (or a checked-in ``sweep=...``
-option) Hydra runs every combination and :mod:`fedkmeans.sweep` appends one row per
+option) Hydra runs every combination and :mod:`fedkmeans.experiment.sweep` appends one row per
 job to ``<sweep dir>/results.csv``::
 
     python -m fedkmeans.experiment -m privacy.epsilon=0.1,0.4 algorithm=feddp-kmeans,server-lloyds
@@ -16,7 +16,7 @@ From Python::
     from fedkmeans.experiment import run
     result = run(["privacy.epsilon=0.5", "seed=3"])
 
-``federation.engine`` names the engine (:mod:`fedkmeans.engines`): ``inprocess`` runs
+``federation.engine`` names the engine (:mod:`fedkmeans.experiment.engines`): ``inprocess`` runs
 the real ServerApp and ClientApp in this process; ``flower`` runs ``flwr run`` on Ray,
 sized from ``federation.num-nodes``, ``federation.num-cpus`` and
 ``federation.client-cpus``.
@@ -48,14 +48,14 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
 from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
 from fedkmeans.data.catalog import dataset
-from fedkmeans.engines import App, engine
-from fedkmeans.flower_logging import TRACEBACK_ENV
+from fedkmeans.experiment.engines import App, engine
+from fedkmeans.experiment.flower_logging import TRACEBACK_ENV
+from fedkmeans.experiment.rundir import check_output_dir, remove_unused_run_dir
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
-from fedkmeans.rundir import check_output_dir, remove_unused_run_dir
 from fedkmeans.tuning.hand import check_declared_radius
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
-#: two runs started in the same second never share a directory (``fedkmeans.rundir``).
+#: two runs started in the same second never share a directory (``fedkmeans.experiment.rundir``).
 RUN_UID = uuid.uuid4().hex[:6]
 if not OmegaConf.has_resolver("fedkmeans_uid"):
     OmegaConf.register_new_resolver("fedkmeans_uid", lambda: RUN_UID)
@@ -63,7 +63,7 @@ if not OmegaConf.has_resolver("fedkmeans_uid"):
 #: This Flower app, as the engines run it (``pyproject.toml``'s components); after an
 #: in-process run the nodes' clients, which lived in this process, are freed.
 APP = App(server="fedkmeans.server_app:app", client="fedkmeans.client_app:app",
-          project_dir=Path(__file__).resolve().parents[1],
+          project_dir=Path(__file__).resolve().parents[2],
           cleanup="fedkmeans.client_app:forget_nodes")
 #: Default cap of simulated nodes when ``federation.num-nodes = 0``.
 MAX_DEFAULT_NODES = 100
@@ -180,7 +180,7 @@ REGISTERED_GROUPS = {
     "attack": (ATTACKS, lambda name: {"attack": name}),
     "federation": (ENGINES, lambda name: {"federation": {"engine": name}}),
 }
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def register_hydra_options() -> None:
@@ -209,12 +209,12 @@ def run(overrides: Sequence[str] = ()) -> dict:
     return run_flat(compose_flat(overrides))
 
 
-@hydra.main(config_path="conf", config_name="config", version_base=None)
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: run one job and print the path of its result.json.
 
     In a multirun, the job's row goes to the sweep's ``results.csv`` whether it
-    succeeds or fails, and the sweep goes on (:func:`fedkmeans.sweep.run_job`).
+    succeeds or fails, and the sweep goes on (:func:`fedkmeans.experiment.sweep.run_job`).
     """
     hydra_config = HydraConfig.get()
     flat = flatten(cfg)
@@ -248,7 +248,7 @@ def one_line_errors() -> Iterator[None]:
     any other error exits 1 with its type and message. ``FEDKMEANS_TRACEBACK=1``
     re-raises instead, for the full traceback.
     """
-    from fedkmeans.engines.flower import RunInterrupted
+    from fedkmeans.experiment.engines.flower import RunInterrupted
 
     try:
         yield
@@ -268,7 +268,7 @@ def one_line_errors() -> Iterator[None]:
 
 def _main(flat: dict[str, Any], hydra_config) -> None:
     if hydra_config.mode == RunMode.MULTIRUN:
-        from fedkmeans.sweep import job_output_dir, run_job
+        from fedkmeans.experiment.sweep import job_output_dir, run_job
 
         sweep_dir = Path(hydra_config.sweep.dir).resolve()
         if not flat.get("output-dir"):
@@ -331,7 +331,7 @@ def _closest(word: str, choices: Sequence[str]) -> str:
 
 def _groups() -> list[str]:
     """The config groups (``algorithm``, ``dataset``, ...): the directories of ``conf/``."""
-    conf = Path(__file__).with_name("conf")
+    conf = CONF_DIR
     return sorted({*(p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("_")),
                    *GENERATED_GROUPS})
 

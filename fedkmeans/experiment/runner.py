@@ -24,7 +24,7 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.console import announce, say
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
-from fedkmeans.rundir import claim_output_dir
+from fedkmeans.experiment.rundir import claim_output_dir
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.session import import_what_the_rounds_use, run_protocol
@@ -64,7 +64,7 @@ def run_server(
 
     Raises
     ------
-    fedkmeans.rundir.OutputDirError
+    fedkmeans.experiment.rundir.OutputDirError
         Another live run holds the output directory, or it holds the result of another
         configuration (before any node is asked anything).
     """

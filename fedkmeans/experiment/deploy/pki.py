@@ -1,7 +1,7 @@
 """Certificates (a CA, the SuperLink's TLS certificate) and the nodes' authentication keys.
 
 Made in Python with ``cryptography`` (a dependency of Flower), so no external tool is
-needed. Part of :mod:`fedkmeans.deploy` (its docstring describes the workflow).
+needed. Part of :mod:`fedkmeans.experiment.deploy` (its docstring describes the workflow).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from fedkmeans.deploy.layout import DeploymentError
+from fedkmeans.experiment.deploy.layout import DeploymentError
 
 #: Subject of the offline CA.
 CA_NAME = "fedkmeans deployment CA"

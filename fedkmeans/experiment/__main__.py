@@ -1,0 +1,5 @@
+"""``python -m fedkmeans.experiment``: one experiment or a Hydra sweep."""
+
+from fedkmeans.experiment.cli import cli
+
+cli()
