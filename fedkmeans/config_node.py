@@ -9,10 +9,11 @@ cached by :func:`fedkmeans.client_app.node_data`.)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import ExperimentConfig, PrivacyConfig, _coerce
+from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacyConfig, _coerce
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -73,6 +74,36 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
                           f"got {config.algorithm!r}")
     check_keys(config, config.privacy, "privacy.")
     return config
+
+
+@lru_cache(maxsize=CACHED_CONFIGS)
+def _with_items(config: ExperimentConfig, items: tuple) -> ExperimentConfig:
+    values = {CLIENT_SETTINGS[key]: _coerce(key, raw, getattr(config.privacy, CLIENT_SETTINGS[key]))
+              for key, raw in items}
+    if all(getattr(config.privacy, name) == value for name, value in values.items()):
+        return config
+    resolved = replace(config, privacy=replace(config.privacy, **values))
+    check_keys(resolved, resolved.privacy, "privacy.")
+    return resolved
+
+
+def with_client_settings(config: ExperimentConfig, settings: Mapping[str, Any] | None,
+                         ) -> ExperimentConfig:
+    """``config`` with a request's resolved clip bounds (``CLIENT_SETTINGS``), checked.
+
+    The server resolves the ``auto`` bounds a node clips with and sends them with every
+    request; a node's config is its run config's with them replaced (once per distinct
+    settings), and the ``privacy.*`` rules checked again on the result, as
+    :func:`fedkmeans.config.validate` checks them. Other keys of ``settings`` are not
+    read here.
+
+    Raises
+    ------
+    ConfigError
+        A bound out of its range (naming the key).
+    """
+    items = tuple(sorted((k, v) for k, v in (settings or {}).items() if k in CLIENT_SETTINGS))
+    return _with_items(config, items) if items else config
 
 
 def _key(flat: Mapping[str, Any]) -> tuple | None:
