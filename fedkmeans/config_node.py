@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacyConfig, _coerce
+from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacyConfig, _coerce, _items
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -106,16 +106,6 @@ def with_client_settings(config: ExperimentConfig, settings: Mapping[str, Any] |
     return _with_items(config, items) if items else config
 
 
-def _key(flat: Mapping[str, Any]) -> tuple | None:
-    """``flat`` as a hashable cache key, or None when a value is not hashable."""
-    key = tuple(sorted(flat.items()))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
 @lru_cache(maxsize=CACHED_CONFIGS)
 def _cached_node_config(key: tuple) -> ExperimentConfig:
     return _node_config(dict(key))
@@ -127,6 +117,6 @@ def node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     The config is frozen, so the cached object is shared safely. See
     :func:`_node_config` for the keys read and the errors raised.
     """
-    key = _key(settings)
+    key = _items(settings)
     return _node_config(settings) if key is None else _cached_node_config(key)
 
