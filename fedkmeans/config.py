@@ -18,8 +18,10 @@ and a line there.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,7 @@ from fedkmeans.schema import (
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
            "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
-           "nested_config", "parse_config", "validate"]
+           "from_run_config", "nested_config", "parse_config", "to_run_config", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -445,7 +447,12 @@ class ExperimentConfig:
         return self.privacy.is_private and ALGORITHMS[self.algorithm].private
 
     def to_flat(self) -> dict[str, Any]:
-        """Return the flat, dotted-key mapping that :func:`parse_config` reads."""
+        """Return the flat, dotted-key mapping that :func:`parse_config` reads (a copy)."""
+        return dict(self._flat)
+
+    @cached_property
+    def _flat(self) -> dict[str, Any]:
+        """The flat mapping, built once per (frozen) config: never handed out itself."""
         return _flatten_dataclass(self)
 
     def public_transform(self, server_x: np.ndarray) -> PublicTransform:
@@ -509,14 +516,25 @@ def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _defaults() -> ExperimentConfig:
+    """The default config, built once (its flat mapping is built once with it)."""
+    return ExperimentConfig()
+
+
+def default_flat() -> dict[str, Any]:
+    """The flat defaults (a copy), every key in declaration order."""
+    return _defaults().to_flat()
+
+
 def config_keys() -> list[str]:
     """All valid flat keys, in declaration order."""
-    return list(ExperimentConfig().to_flat())
+    return list(_defaults()._flat)
 
 
 def hand_defaults() -> dict[str, Any]:
     """The flat defaults with the paper's hand settings (``tuning=none``): Hydra's base."""
-    return {**ExperimentConfig().to_flat(),
+    return {**default_flat(),
             **{k: ",".join(repr(float(w)) for w in v) if isinstance(v, tuple) else v
                for k, v in HAND_FLAT.items()}}
 
@@ -586,7 +604,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     ConfigError
         Unknown key, wrong type, or a value outside its allowed range.
     """
-    defaults = ExperimentConfig().to_flat()
+    defaults = _defaults()._flat
     unknown = sorted(set(flat) - set(defaults))
     if unknown:
         raise ConfigError(
@@ -594,7 +612,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
         )
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
-    default_obj = ExperimentConfig()
+    default_obj = _defaults()
     for key_, raw in flat.items():
         section, _, name = key_.rpartition(".")
         attr = name.replace("-", "_")
@@ -609,6 +627,62 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
         **top, **{name: cls(**sections[name]) for name, cls in _SECTIONS.items()})
     validate(config)
     return config
+
+
+#: Run configs this process parsed or handed to Flower (their items -> the config),
+#: least recently used first: the ServerApp and the ClientApps of an in-process run read
+#: the config the experiment parsed, not a new parse of it.
+_RUN_CONFIGS: OrderedDict[tuple, ExperimentConfig] = OrderedDict()
+#: Distinct run configs kept; a run has one.
+KEPT_RUN_CONFIGS = 8
+
+
+def _items(run_config: Mapping[str, Any]) -> tuple | None:
+    """``run_config`` as a hashable key, or None when a value is not hashable."""
+    items = tuple(sorted(run_config.items()))
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return items
+
+
+def _keep(items: tuple | None, config: ExperimentConfig) -> ExperimentConfig:
+    if items is not None:
+        _RUN_CONFIGS[items] = config
+        _RUN_CONFIGS.move_to_end(items)
+        while len(_RUN_CONFIGS) > KEPT_RUN_CONFIGS:
+            _RUN_CONFIGS.popitem(last=False)
+    return config
+
+
+def to_run_config(config: ExperimentConfig) -> dict[str, Any]:
+    """The flat run config Flower carries to the ServerApp and the ClientApps.
+
+    One half of the pair at Flower's run-config boundary; :func:`from_run_config` of
+    the returned mapping in this process is ``config`` itself, not parsed again.
+    """
+    flat = config.to_flat()
+    _keep(_items(flat), config)
+    return flat
+
+
+def from_run_config(run_config: Mapping[str, Any]) -> ExperimentConfig:
+    """The validated config of a Flower run config: :func:`parse_config`, once per process.
+
+    The other half of the pair: a run config this process parsed, or built with
+    :func:`to_run_config`, gives the same frozen config object back.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`parse_config`.
+    """
+    items = _items(run_config)
+    if items is not None and items in _RUN_CONFIGS:
+        _RUN_CONFIGS.move_to_end(items)
+        return _RUN_CONFIGS[items]
+    return _keep(items, parse_config(run_config))
 
 
 def check_server_points(config: ExperimentConfig, server_points: int, how: str = "") -> None:
@@ -638,11 +712,11 @@ def _check_data_keys_read(config: ExperimentConfig) -> None:
     It would do nothing (``data.dim`` of a file run): one line naming it and the keys
     that data set reads (:meth:`fedkmeans.data.catalog.Dataset.reads`).
     """
-    flat = config.to_flat()
+    flat = config._flat
     read = _spec(config).reads(flat)
     if read is None:
         return
-    defaults = ExperimentConfig().to_flat()
+    defaults = _defaults()._flat
     for key_ in flat:
         if key_.startswith("data.") and key_ not in read and key_ not in EVERY_RUN_DATA_KEYS \
                 and flat[key_] != defaults[key_]:

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import difflib
 import gc
-import json
 import os
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,12 +44,18 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
-from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
+from fedkmeans.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_server_points,
+    from_run_config,
+    to_run_config,
+)
 from fedkmeans.data.catalog import dataset
 from fedkmeans.engines import App, engine
 from fedkmeans.flower_logging import TRACEBACK_ENV
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
-from fedkmeans.rundir import check_output_dir, remove_unused_run_dir
+from fedkmeans.rundir import check_output_dir, default_output_dir, remove_unused_run_dir
 from fedkmeans.tuning.hand import check_declared_radius
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so
@@ -59,6 +63,9 @@ from fedkmeans.tuning.hand import check_declared_radius
 RUN_UID = uuid.uuid4().hex[:6]
 if not OmegaConf.has_resolver("fedkmeans_uid"):
     OmegaConf.register_new_resolver("fedkmeans_uid", lambda: RUN_UID)
+if not OmegaConf.has_resolver("fedkmeans_run_dir"):  # hydra.run.dir: the one default
+    OmegaConf.register_new_resolver(
+        "fedkmeans_run_dir", lambda: str(default_output_dir(uid=RUN_UID)), use_cache=True)
 
 #: This Flower app, as the engines run it (``pyproject.toml``'s components); after an
 #: in-process run the nodes' clients, which lived in this process, are freed.
@@ -125,51 +132,59 @@ def num_nodes(config: ExperimentConfig) -> int:
     return min(runner.default_file_nodes, MAX_DEFAULT_NODES)
 
 
-def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
+def preflight(flat: Mapping[str, Any]) -> tuple[ExperimentConfig, tuple]:
     """Every check that needs no client data, before any node starts.
 
-    Validates the keys (:func:`fedkmeans.config.parse_config`), resolves a relative
+    Validates the keys (:func:`fedkmeans.config.from_run_config`), resolves a relative
     ``data.path`` against the current directory (the ``flower`` engine runs the server
     elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
     exceed the number of server points (the server's own, public data), and that a
     declared data radius is not below the median norm of the server's data
     (:func:`fedkmeans.tuning.hand.check_declared_radius`).
 
+    Returns
+    -------
+    config : ExperimentConfig
+    server_data : tuple
+        The server's data ``(points (m, d), labels (m,) or None)``, loaded once: an
+        in-process run's ServerApp computes with it instead of loading it again.
+
     Raises
     ------
     ConfigError
         Naming the key, the value and what is allowed.
     """
-    config = parse_config(flat)
+    config = from_run_config(flat)
     resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
     if resolved != dict(flat):
-        config = parse_config(resolved)
-    server_x = data_access.load_server(config)[0]
+        config = from_run_config(resolved)
+    server_data = data_access.load_server(config)
+    server_x = server_data[0]
     check_server_points(config, server_x.shape[0])
     check_declared_radius(config, config.public_transform(server_x).apply(server_x))
-    return config
+    return config, server_data
 
 
 def run_flat(flat: Mapping[str, Any]) -> dict:
-    """Validate a flat config, run it on its engine, return the result dict."""
-    config = preflight(flat)  # one clear error before any client data is touched
-    flat = config.to_flat()
-    if not flat["output-dir"]:
-        # the CLI's run directory (conf/config.yaml, hydra.run.dir), with a fresh id
-        flat["output-dir"] = str(
-            Path.cwd().resolve() / "outputs" / time.strftime("%Y-%m-%d")
-            / f"{time.strftime('%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
-        )
-    check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
+    """Validate a flat config, run it on its engine, return the result dict.
+
+    Without ``output-dir`` the run writes to :func:`fedkmeans.rundir.default_output_dir`
+    (chosen before the config is parsed, so the config the nodes get is the one parsed).
+    """
+    if not flat.get("output-dir"):
+        flat = {**flat, "output-dir": str(default_output_dir())}
+    # one clear error before any client data is touched
+    config, server_data = preflight(flat)
+    output_dir = Path(config.output_dir)
+    check_output_dir(output_dir, config)  # refuse before any node starts
     runner = engine(config.federation.engine)
-    if runner.separate_processes and (Path(flat["output-dir"]) / "checkpoint").exists():
+    if runner.separate_processes and (output_dir / "checkpoint").exists():
         # a checkpoint of other data or a corrupt one is refused before Ray starts
-        Checkpoint.open(Path(flat["output-dir"]) / "checkpoint", config)
-    result_path = runner.run(APP, flat, num_nodes=num_nodes(config),
-                             num_cpus=config.federation.num_cpus,
-                             client_cpus=config.federation.client_cpus)
-    result = json.loads(result_path.read_text())
-    result["result_path"] = str(result_path)
+        Checkpoint.open(output_dir / "checkpoint", config)
+    result = runner.run(APP, to_run_config(config), num_nodes=num_nodes(config),
+                        num_cpus=config.federation.num_cpus,
+                        client_cpus=config.federation.client_cpus, server_data=server_data)
+    result["result_path"] = str(output_dir / APP.result_file)
     return result
 
 
