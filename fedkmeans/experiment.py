@@ -46,7 +46,14 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
-from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
+from fedkmeans.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_no_idle_keys,
+    check_server_points,
+    parse_config,
+    settle_idle_keys,
+)
 from fedkmeans.data.catalog import dataset
 from fedkmeans.engines import App, engine
 from fedkmeans.flower_logging import TRACEBACK_ENV
@@ -125,12 +132,45 @@ def num_nodes(config: ExperimentConfig) -> int:
     return min(runner.default_file_nodes, MAX_DEFAULT_NODES)
 
 
+def typed_keys(overrides: Sequence[str]) -> set[str]:
+    """The flat keys a list of Hydra overrides sets by name (not a group's option).
+
+    ``["dataset=file", "privacy.clip-sums=9", "+x=1", "~seed"]`` -> ``{"privacy.clip-sums",
+    "x"}``: a group choice (``dataset=file``) sets a preset, a deletion sets nothing.
+    """
+    groups = set(_groups())
+    keys = set()
+    for override in resolve_aliases(overrides):
+        key, sep, _ = override.partition("=")
+        if sep and not key.startswith("~"):
+            name = key.lstrip("+")
+            if name.split("/")[0] not in groups and not name.startswith("hydra"):
+                keys.add(name)
+    return keys
+
+
+def settled_flat(flat: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A composed Hydra config with the keys the run never reads settled.
+
+    Those the ``overrides`` typed are refused; those a preset set go back to their
+    defaults (:func:`fedkmeans.config.settle_idle_keys`).
+
+    Raises
+    ------
+    ConfigError
+        A bad value, or a typed key the run never reads (naming it).
+    """
+    return settle_idle_keys(parse_config(flat), typed_keys(overrides)).to_flat()
+
+
 def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
     """Every check that needs no client data, before any node starts.
 
-    Validates the keys (:func:`fedkmeans.config.parse_config`), resolves a relative
-    ``data.path`` against the current directory (the ``flower`` engine runs the server
-    elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
+    Validates the keys (:func:`fedkmeans.config.parse_config`); refuses a key set away
+    from its default that the run never reads (:func:`fedkmeans.config.
+    check_no_idle_keys`; a Hydra run's presets are settled first: :func:`settled_flat`);
+    resolves a relative ``data.path`` against the current directory (the ``flower``
+    engine runs the server elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
     exceed the number of server points (the server's own, public data), and that a
     declared data radius is not below the median norm of the server's data
     (:func:`fedkmeans.tuning.hand.check_declared_radius`).
@@ -141,8 +181,10 @@ def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
         Naming the key, the value and what is allowed.
     """
     config = parse_config(flat)
+    check_no_idle_keys(config)
+    flat = config.to_flat()
     resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
-    if resolved != dict(flat):
+    if resolved != flat:
         config = parse_config(resolved)
     server_x = data_access.load_server(config)[0]
     check_server_points(config, server_x.shape[0])
@@ -197,11 +239,15 @@ def register_hydra_options() -> None:
 
 
 def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The flat config that the Hydra config with ``overrides`` composes to."""
+    """The flat config that the Hydra config with ``overrides`` composes to, settled.
+
+    Settled: the keys the run never reads are refused if ``overrides`` typed them, else
+    reset to their defaults (:func:`settled_flat`).
+    """
     register_hydra_options()
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
         cfg = compose(config_name="config", overrides=resolve_aliases(overrides))
-    return flatten(cfg)
+    return settled_flat(flatten(cfg), overrides)
 
 
 def run(overrides: Sequence[str] = ()) -> dict:
@@ -267,6 +313,7 @@ def one_line_errors() -> Iterator[None]:
 
 
 def _main(flat: dict[str, Any], hydra_config) -> None:
+    task = list(hydra_config.overrides.task)
     if hydra_config.mode == RunMode.MULTIRUN:
         from fedkmeans.sweep import job_output_dir, run_job
 
@@ -278,7 +325,7 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
             sweep_dir=sweep_dir,
             job=int(hydra_config.job.num),
             overrides=list(hydra_config.overrides.task),
-            runner=run_flat,
+            runner=lambda job_flat: run_flat(settled_flat(job_flat, task)),
         )
         return
     run_dir = Path(hydra_config.runtime.output_dir).resolve()
@@ -286,7 +333,7 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
         flat["output-dir"] = str(run_dir)
     try:
         freeze_startup_objects()
-        result = run_flat(flat)
+        result = run_flat(settled_flat(flat, task))
     except BaseException:
         # a run that wrote nothing leaves no directory: Hydra made this one and put
         # only its config copy and the job log (the error is on stderr) in it

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedkmeans.config import ExperimentConfig, parse_config
+from fedkmeans.config import ExperimentConfig, check_no_idle_keys, parse_config
 from fedkmeans.console import log_through_flower
 from fedkmeans.flower_logging import one_line_failure
 from fedkmeans.runner import run_server
@@ -37,6 +37,7 @@ def main(grid: Grid, context: Context) -> None:
         context.run_id)
     with report:
         config = parse_config(context.run_config)
+        check_no_idle_keys(config)  # flwr run's run config mirrors pyproject's defaults
         run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
 
 
