@@ -700,8 +700,9 @@ def _without_check(c: ExperimentConfig) -> bool:
 
 
 def _not_ray(c: ExperimentConfig) -> bool:
+    """The engine starts no Ray simulation (the default one without reading the registry)."""
     engine = c.federation.engine
-    return engine == "inprocess" or not ENGINES[engine].separate_processes
+    return engine == FederationConfig.engine or not ENGINES[engine].separate_processes
 
 
 #: Keys that a run of some settings never reads (besides the ``data.*`` keys a data set

@@ -49,7 +49,6 @@ from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
 from fedkmeans.config import (
     ConfigError,
     ExperimentConfig,
-    check_no_idle_keys,
     check_server_points,
     parse_config,
     settle_idle_keys,
@@ -166,22 +165,22 @@ def settled_flat(flat: Mapping[str, Any], overrides: Sequence[str]) -> dict[str,
 def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
     """Every check that needs no client data, before any node starts.
 
-    Validates the keys (:func:`fedkmeans.config.parse_config`); refuses a key set away
-    from its default that the run never reads (:func:`fedkmeans.config.
-    check_no_idle_keys`; a Hydra run's presets are settled first: :func:`settled_flat`);
-    resolves a relative ``data.path`` against the current directory (the ``flower``
-    engine runs the server elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
-    exceed the number of server points (the server's own, public data), and that a
-    declared data radius is not below the median norm of the server's data
-    (:func:`fedkmeans.tuning.hand.check_declared_radius`).
+    Validates the keys (:func:`fedkmeans.config.parse_config`); resets a key the run
+    never reads to its default (a whole flat config, as Hydra composes it with its
+    presets; the command line refuses such a key the user typed before:
+    :func:`settled_flat`), so the ServerApp, which refuses one set away from its default
+    (``flwr run``), gets none; resolves a relative ``data.path`` against the current
+    directory (the ``flower`` engine runs the server elsewhere), checks that the file
+    exists, and that ``k`` (or ``k-max``) does not exceed the number of server points
+    (the server's own, public data), and that a declared data radius is not below the
+    median norm of the server's data (:func:`fedkmeans.tuning.hand.check_declared_radius`).
 
     Raises
     ------
     ConfigError
         Naming the key, the value and what is allowed.
     """
-    config = parse_config(flat)
-    check_no_idle_keys(config)
+    config = settle_idle_keys(parse_config(flat), typed=())
     flat = config.to_flat()
     resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
     if resolved != flat:

@@ -14,8 +14,9 @@ A keyword that would do nothing in a strategy is refused, not ignored: one the r
 reads (``clip_sums`` at data-point level: :func:`~fedkmeans.config.check_no_idle_keys`),
 and the harness's engine keys (:data:`HARNESS_KEYS`: the engine, Ray's CPUs, the project
 ClientApp's node cache), which belong to ``python -m fedkmeans.experiment``, not to a
-Flower app whose engine and ClientApp are the user's. Errors name the keyword the caller wrote (``n_clusters``,
-``lloyds_steps``), never the config key it becomes (:func:`in_caller_words`).
+Flower app whose engine and ClientApp are the user's. Errors name the keyword the caller
+wrote (``n_clusters``, ``lloyds_steps``), never the config key it becomes
+(:func:`in_caller_words`).
 """
 
 from __future__ import annotations
