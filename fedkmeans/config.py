@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, fields, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -47,8 +47,9 @@ from fedkmeans.schema import (
 )
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
-           "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
-           "from_run_config", "nested_config", "parse_config", "to_run_config", "validate"]
+           "FederationConfig", "IDLE_RULES", "PrivacyConfig", "check_no_idle_keys",
+           "check_server_points", "config_keys", "from_run_config", "idle_keys", "nested_config",
+           "parse_config", "settle_idle_keys", "to_run_config", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -316,10 +317,17 @@ class PrivacyConfig:
     def auto_keys(self) -> tuple[str, ...]:
         """Attributes set to ``auto`` (names as in :data:`AUTO_KEYS`).
 
-        ``check_clip`` only when the check can run (``check_share`` not 0).
+        ``check_clip`` only when the check can run (``check_share`` not 0); the
+        client-level bounds (:data:`CLIENT_BOUNDS`) only at client level, the one level
+        that reads them (an unread ``auto`` asks the estimate round for nothing).
         """
         return tuple(name for name in AUTO_KEYS if getattr(self, name) == AUTO
-                     and not (name == "check_clip" and self.check_share == 0))
+                     and not (name == "check_clip" and self.check_share == 0)
+                     and not (name in CLIENT_BOUNDS and self.level != "client"))
+
+
+#: The client-level bounds: read only at ``privacy.level = client``.
+CLIENT_BOUNDS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
 
 def registered(registry, default: str, value: object):
@@ -740,3 +748,134 @@ def validate(config: ExperimentConfig) -> None:
         check_server_points(config, *known)
     check_keys(config, config.privacy, "privacy.")
     check_keys(config, config.federation, "federation.")
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """Keys that do nothing in a run of some settings, and the settings that read them.
+
+    Attributes
+    ----------
+    keys : tuple of str
+        Flat keys (``privacy.clip-sums``).
+    idle : callable
+        ``idle(config) -> bool``: True when no part of the run reads them.
+    counts_with : str
+        The settings under which they are read, in words (for the error).
+    """
+
+    keys: tuple[str, ...]
+    idle: Callable[[ExperimentConfig], bool]
+    counts_with: str
+
+
+def _without_check(c: ExperimentConfig) -> bool:
+    return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0
+
+
+def _not_ray(c: ExperimentConfig) -> bool:
+    """The engine starts no Ray simulation (the default one without reading the registry)."""
+    engine = c.federation.engine
+    return engine == FederationConfig.engine or not ENGINES[engine].separate_processes
+
+
+#: Keys that a run of some settings never reads (besides the ``data.*`` keys a data set
+#: does not read, :func:`_check_data_keys_read`, and the keys whose own rules refuse a
+#: value away from their default, e.g. ``k-max`` with a fixed k).
+IDLE_RULES = (
+    IdleRule(tuple("privacy." + name.replace("_", "-") for name in CLIENT_BOUNDS),
+             lambda c: c.privacy.level != "client",
+             "privacy.level = 'client' (the per-client bounds; at data-point level the "
+             "server's clip follows from privacy.data-radius and "
+             "privacy.max-points-per-client)"),
+    IdleRule(("privacy.lloyds-split",),
+             lambda c: c.privacy.lloyds_steps == 0 or not ALGORITHMS[c.algorithm].lloyds,
+             "FedDP-Lloyds steps to weigh: privacy.lloyds-steps >= 1 or 'auto'"),
+    IdleRule(("privacy.check-clip",), _without_check,
+             "the final private choice: algorithm 'feddp-kmeans', a fixed k and "
+             "privacy.check-share not 0"),
+    IdleRule(("federation.num-cpus", "federation.client-cpus"), _not_ray,
+             "federation.engine = 'flower' (python -m fedkmeans.experiment sizes its Ray "
+             "simulation from them; under flwr run the federation's options in "
+             "pyproject.toml do)"),
+)
+
+
+def idle_keys(config: ExperimentConfig) -> dict[str, str]:
+    """Flat key -> the settings that would read it, for every key ``config`` never reads."""
+    return {key_: rule.counts_with for rule in IDLE_RULES if rule.idle(config)
+            for key_ in rule.keys}
+
+
+def _idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
+    return ConfigError(f"config key '{key_}' does nothing in this run, got {value!r}: it is "
+                       f"read only with {counts_with}; remove it")
+
+
+def check_no_idle_keys(config: ExperimentConfig) -> None:
+    """Refuse a key set away from its default that the run never reads (:data:`IDLE_RULES`).
+
+    Where the settings arrive whole (``flwr run``'s run config, which mirrors the
+    defaults in ``pyproject.toml``; a strategy's keywords), a value away from its default
+    is one the user set. The Hydra CLI knows which keys the user typed:
+    :func:`settle_idle_keys`.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first such key, its value and the settings that would read it.
+    """
+    flat, defaults = config.to_flat(), _defaults().to_flat()
+    for key_, counts_with in idle_keys(config).items():
+        if flat[key_] != defaults[key_]:
+            raise _idle_key_error(key_, flat[key_], counts_with)
+
+
+def settle_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> ExperimentConfig:
+    """The config of a composed Hydra run: idle keys refused if typed, else reset.
+
+    A preset sets keys for settings the run may not have (``dataset=nycflights`` sets
+    the client-level bounds; ``privacy=datapoint`` does not read them): those go back to
+    their defaults, which changes nothing the run does. A key the user typed
+    (``typed``: the flat keys of the command line's overrides, a sweep's included) and
+    the run never reads is refused, whatever its value.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first typed key the run never reads and the settings that would.
+    """
+    idle = idle_keys(config)
+    flat, defaults = config.to_flat(), _defaults().to_flat()
+    for key_ in flat:
+        if key_ in idle and key_ in typed:
+            raise _idle_key_error(key_, flat[key_], idle[key_])
+    reset = [key_ for key_ in idle if flat[key_] != defaults[key_]]
+    return _keep_flat(_with_defaults(config, reset)) if reset else config
+
+
+def _with_defaults(config: ExperimentConfig, keys: Collection[str]) -> ExperimentConfig:
+    """``config`` with ``keys`` (flat names) at their defaults, validated again.
+
+    The defaults are typed values, so nothing is parsed: the run's config stays the one
+    parse of its process (:func:`from_run_config`).
+    """
+    default_obj = _defaults()
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for key_ in keys:
+        section, _, name = key_.rpartition(".")
+        attr = name.replace("-", "_")
+        if section:
+            sections.setdefault(section, {})[attr] = getattr(getattr(default_obj, section), attr)
+        else:
+            top[attr] = getattr(default_obj, attr)
+    settled = replace(config, **top, **{name: replace(getattr(config, name), **values)
+                                        for name, values in sections.items()})
+    validate(settled)
+    return settled
+
+
+def _keep_flat(config: ExperimentConfig) -> ExperimentConfig:
+    """Keep ``config`` as the parse of its own flat form (:func:`from_run_config`)."""
+    return _keep(_items(config.to_flat()), config)

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedkmeans.config import ExperimentConfig, from_run_config
+from fedkmeans.config import ExperimentConfig, check_no_idle_keys, from_run_config
 from fedkmeans.console import log_through_flower
 from fedkmeans.flower_logging import one_line_failure
 from fedkmeans.local_grid import hand_back
@@ -38,6 +38,7 @@ def main(grid: Grid, context: Context) -> None:
         context.run_id)
     with report:
         config = from_run_config(context.run_config)
+        check_no_idle_keys(config)  # flwr run's run config mirrors pyproject's defaults
         hand_back(grid, run_server(grid, config, run_id=context.run_id,
                                    observers=observers_for(config),
                                    server_data=getattr(grid, "server_data", None)))
