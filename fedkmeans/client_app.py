@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,8 @@ from flwr.clientapp import ClientApp
 
 from fedkmeans import data as data_access
 from fedkmeans.client import clipped_points, mount_source
-from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, parse_config
+from fedkmeans.config import CLIENT_SETTINGS, from_run_config
+from fedkmeans.config_node import with_client_settings
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node import NodeData, clip_radius, shard_ready
 
@@ -114,16 +114,14 @@ def node_data(context: Context, settings: dict | None = None, *,
     partition_id = int(node_config.get("partition-id", 0))
     num_partitions = int(node_config.get("num-partitions", 1))
     data_path = str(node_config.get("data-path", ""))
-    run_config = dict(context.run_config)
+    run_config = context.run_config
     data_key = tuple(sorted((k, v) for k, v in run_config.items() if k not in CLIENT_SETTINGS))
-    run_config.update({key: value for key, value in (settings or {}).items()
-                       if key in CLIENT_SETTINGS})
     if _RUN_KEY != [data_key]:  # a new run: forget the previous run's data
         _forget_loaded()
         forget_clipping_warning()
         _RUN_KEY[:] = [data_key]
     key = (partition_id, num_partitions, data_path)
-    config = _parsed(tuple(sorted(run_config.items())))
+    config = with_client_settings(from_run_config(run_config), settings)
     transform = PublicTransform.from_settings(settings)
     # a radius the server resolved (`auto`) is summarised once by the server, privately
     warn = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
@@ -183,19 +181,6 @@ def keep_within_budget() -> None:
         if held <= budget:
             return
         held -= node.reusable.clear()
-
-
-@lru_cache(maxsize=8)
-def _parsed(items: tuple) -> ExperimentConfig:
-    """:func:`parse_config` of a run config's ``(key, value)`` items, once per settings.
-
-    Every request carries the run config and the resolved settings, which change a few
-    times per run (the estimate round, the resolved bounds); parsing and validating
-    them took 0.2 ms a request, 0.16 s of the default run's 800 requests (and its 100
-    registrations). The config is frozen, so one object serves every request with the
-    same items.
-    """
-    return parse_config(dict(items))
 
 
 def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) -> None:
@@ -264,7 +249,7 @@ class RegistrySource:
         file is read here, as loaded, for its dimension; it is mapped by the run's
         transform and clipped when first asked (:func:`node_data`), not read again.
         """
-        config = _parsed(tuple(sorted(context.run_config.items())))
+        config = from_run_config(context.run_config)
         node_config = context.node_config
         dim = data_access.dataset(config.data.name).declared_dim(config)
         if dim is not None and not node_config.get("data-path"):

@@ -18,8 +18,10 @@ and a line there.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, fields, replace
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,8 +47,9 @@ from fedkmeans.schema import (
 )
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
-           "FederationConfig", "PrivacyConfig", "check_server_points", "config_keys",
-           "nested_config", "parse_config", "validate"]
+           "FederationConfig", "IDLE_RULES", "PrivacyConfig", "check_no_idle_keys",
+           "check_server_points", "config_keys", "from_run_config", "idle_keys", "nested_config",
+           "parse_config", "settle_idle_keys", "to_run_config", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -314,10 +317,17 @@ class PrivacyConfig:
     def auto_keys(self) -> tuple[str, ...]:
         """Attributes set to ``auto`` (names as in :data:`AUTO_KEYS`).
 
-        ``check_clip`` only when the check can run (``check_share`` not 0).
+        ``check_clip`` only when the check can run (``check_share`` not 0); the
+        client-level bounds (:data:`CLIENT_BOUNDS`) only at client level, the one level
+        that reads them (an unread ``auto`` asks the estimate round for nothing).
         """
         return tuple(name for name in AUTO_KEYS if getattr(self, name) == AUTO
-                     and not (name == "check_clip" and self.check_share == 0))
+                     and not (name == "check_clip" and self.check_share == 0)
+                     and not (name in CLIENT_BOUNDS and self.level != "client"))
+
+
+#: The client-level bounds: read only at ``privacy.level = client``.
+CLIENT_BOUNDS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
 
 def registered(registry, default: str, value: object):
@@ -445,7 +455,12 @@ class ExperimentConfig:
         return self.privacy.is_private and ALGORITHMS[self.algorithm].private
 
     def to_flat(self) -> dict[str, Any]:
-        """Return the flat, dotted-key mapping that :func:`parse_config` reads."""
+        """Return the flat, dotted-key mapping that :func:`parse_config` reads (a copy)."""
+        return dict(self._flat)
+
+    @cached_property
+    def _flat(self) -> dict[str, Any]:
+        """The flat mapping, built once per (frozen) config: never handed out itself."""
         return _flatten_dataclass(self)
 
     def public_transform(self, server_x: np.ndarray) -> PublicTransform:
@@ -509,14 +524,25 @@ def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _defaults() -> ExperimentConfig:
+    """The default config, built once (its flat mapping is built once with it)."""
+    return ExperimentConfig()
+
+
+def default_flat() -> dict[str, Any]:
+    """The flat defaults (a copy), every key in declaration order."""
+    return _defaults().to_flat()
+
+
 def config_keys() -> list[str]:
     """All valid flat keys, in declaration order."""
-    return list(ExperimentConfig().to_flat())
+    return list(_defaults()._flat)
 
 
 def hand_defaults() -> dict[str, Any]:
     """The flat defaults with the paper's hand settings (``tuning=none``): Hydra's base."""
-    return {**ExperimentConfig().to_flat(),
+    return {**default_flat(),
             **{k: ",".join(repr(float(w)) for w in v) if isinstance(v, tuple) else v
                for k, v in HAND_FLAT.items()}}
 
@@ -586,7 +612,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     ConfigError
         Unknown key, wrong type, or a value outside its allowed range.
     """
-    defaults = ExperimentConfig().to_flat()
+    defaults = _defaults()._flat
     unknown = sorted(set(flat) - set(defaults))
     if unknown:
         raise ConfigError(
@@ -594,7 +620,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
         )
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
-    default_obj = ExperimentConfig()
+    default_obj = _defaults()
     for key_, raw in flat.items():
         section, _, name = key_.rpartition(".")
         attr = name.replace("-", "_")
@@ -609,6 +635,62 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
         **top, **{name: cls(**sections[name]) for name, cls in _SECTIONS.items()})
     validate(config)
     return config
+
+
+#: Run configs this process parsed or handed to Flower (their items -> the config),
+#: least recently used first: the ServerApp and the ClientApps of an in-process run read
+#: the config the experiment parsed, not a new parse of it.
+_RUN_CONFIGS: OrderedDict[tuple, ExperimentConfig] = OrderedDict()
+#: Distinct run configs kept; a run has one.
+KEPT_RUN_CONFIGS = 8
+
+
+def _items(run_config: Mapping[str, Any]) -> tuple | None:
+    """``run_config`` as a hashable key, or None when a value is not hashable."""
+    items = tuple(sorted(run_config.items()))
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return items
+
+
+def _keep(items: tuple | None, config: ExperimentConfig) -> ExperimentConfig:
+    if items is not None:
+        _RUN_CONFIGS[items] = config
+        _RUN_CONFIGS.move_to_end(items)
+        while len(_RUN_CONFIGS) > KEPT_RUN_CONFIGS:
+            _RUN_CONFIGS.popitem(last=False)
+    return config
+
+
+def to_run_config(config: ExperimentConfig) -> dict[str, Any]:
+    """The flat run config Flower carries to the ServerApp and the ClientApps.
+
+    One half of the pair at Flower's run-config boundary; :func:`from_run_config` of
+    the returned mapping in this process is ``config`` itself, not parsed again.
+    """
+    flat = config.to_flat()
+    _keep(_items(flat), config)
+    return flat
+
+
+def from_run_config(run_config: Mapping[str, Any]) -> ExperimentConfig:
+    """The validated config of a Flower run config: :func:`parse_config`, once per process.
+
+    The other half of the pair: a run config this process parsed, or built with
+    :func:`to_run_config`, gives the same frozen config object back.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`parse_config`.
+    """
+    items = _items(run_config)
+    if items is not None and items in _RUN_CONFIGS:
+        _RUN_CONFIGS.move_to_end(items)
+        return _RUN_CONFIGS[items]
+    return _keep(items, parse_config(run_config))
 
 
 def check_server_points(config: ExperimentConfig, server_points: int, how: str = "") -> None:
@@ -638,11 +720,11 @@ def _check_data_keys_read(config: ExperimentConfig) -> None:
     It would do nothing (``data.dim`` of a file run): one line naming it and the keys
     that data set reads (:meth:`fedkmeans.data.catalog.Dataset.reads`).
     """
-    flat = config.to_flat()
+    flat = config._flat
     read = _spec(config).reads(flat)
     if read is None:
         return
-    defaults = ExperimentConfig().to_flat()
+    defaults = _defaults()._flat
     for key_ in flat:
         if key_.startswith("data.") and key_ not in read and key_ not in EVERY_RUN_DATA_KEYS \
                 and flat[key_] != defaults[key_]:
@@ -666,3 +748,134 @@ def validate(config: ExperimentConfig) -> None:
         check_server_points(config, *known)
     check_keys(config, config.privacy, "privacy.")
     check_keys(config, config.federation, "federation.")
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """Keys that do nothing in a run of some settings, and the settings that read them.
+
+    Attributes
+    ----------
+    keys : tuple of str
+        Flat keys (``privacy.clip-sums``).
+    idle : callable
+        ``idle(config) -> bool``: True when no part of the run reads them.
+    counts_with : str
+        The settings under which they are read, in words (for the error).
+    """
+
+    keys: tuple[str, ...]
+    idle: Callable[[ExperimentConfig], bool]
+    counts_with: str
+
+
+def _without_check(c: ExperimentConfig) -> bool:
+    return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0
+
+
+def _not_ray(c: ExperimentConfig) -> bool:
+    """The engine starts no Ray simulation (the default one without reading the registry)."""
+    engine = c.federation.engine
+    return engine == FederationConfig.engine or not ENGINES[engine].separate_processes
+
+
+#: Keys that a run of some settings never reads (besides the ``data.*`` keys a data set
+#: does not read, :func:`_check_data_keys_read`, and the keys whose own rules refuse a
+#: value away from their default, e.g. ``k-max`` with a fixed k).
+IDLE_RULES = (
+    IdleRule(tuple("privacy." + name.replace("_", "-") for name in CLIENT_BOUNDS),
+             lambda c: c.privacy.level != "client",
+             "privacy.level = 'client' (the per-client bounds; at data-point level the "
+             "server's clip follows from privacy.data-radius and "
+             "privacy.max-points-per-client)"),
+    IdleRule(("privacy.lloyds-split",),
+             lambda c: c.privacy.lloyds_steps == 0 or not ALGORITHMS[c.algorithm].lloyds,
+             "FedDP-Lloyds steps to weigh: privacy.lloyds-steps >= 1 or 'auto'"),
+    IdleRule(("privacy.check-clip",), _without_check,
+             "the final private choice: algorithm 'feddp-kmeans', a fixed k and "
+             "privacy.check-share not 0"),
+    IdleRule(("federation.num-cpus", "federation.client-cpus"), _not_ray,
+             "federation.engine = 'flower' (python -m fedkmeans.experiment sizes its Ray "
+             "simulation from them; under flwr run the federation's options in "
+             "pyproject.toml do)"),
+)
+
+
+def idle_keys(config: ExperimentConfig) -> dict[str, str]:
+    """Flat key -> the settings that would read it, for every key ``config`` never reads."""
+    return {key_: rule.counts_with for rule in IDLE_RULES if rule.idle(config)
+            for key_ in rule.keys}
+
+
+def _idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
+    return ConfigError(f"config key '{key_}' does nothing in this run, got {value!r}: it is "
+                       f"read only with {counts_with}; remove it")
+
+
+def check_no_idle_keys(config: ExperimentConfig) -> None:
+    """Refuse a key set away from its default that the run never reads (:data:`IDLE_RULES`).
+
+    Where the settings arrive whole (``flwr run``'s run config, which mirrors the
+    defaults in ``pyproject.toml``; a strategy's keywords), a value away from its default
+    is one the user set. The Hydra CLI knows which keys the user typed:
+    :func:`settle_idle_keys`.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first such key, its value and the settings that would read it.
+    """
+    flat, defaults = config.to_flat(), _defaults().to_flat()
+    for key_, counts_with in idle_keys(config).items():
+        if flat[key_] != defaults[key_]:
+            raise _idle_key_error(key_, flat[key_], counts_with)
+
+
+def settle_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> ExperimentConfig:
+    """The config of a composed Hydra run: idle keys refused if typed, else reset.
+
+    A preset sets keys for settings the run may not have (``dataset=nycflights`` sets
+    the client-level bounds; ``privacy=datapoint`` does not read them): those go back to
+    their defaults, which changes nothing the run does. A key the user typed
+    (``typed``: the flat keys of the command line's overrides, a sweep's included) and
+    the run never reads is refused, whatever its value.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first typed key the run never reads and the settings that would.
+    """
+    idle = idle_keys(config)
+    flat, defaults = config.to_flat(), _defaults().to_flat()
+    for key_ in flat:
+        if key_ in idle and key_ in typed:
+            raise _idle_key_error(key_, flat[key_], idle[key_])
+    reset = [key_ for key_ in idle if flat[key_] != defaults[key_]]
+    return _keep_flat(_with_defaults(config, reset)) if reset else config
+
+
+def _with_defaults(config: ExperimentConfig, keys: Collection[str]) -> ExperimentConfig:
+    """``config`` with ``keys`` (flat names) at their defaults, validated again.
+
+    The defaults are typed values, so nothing is parsed: the run's config stays the one
+    parse of its process (:func:`from_run_config`).
+    """
+    default_obj = _defaults()
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for key_ in keys:
+        section, _, name = key_.rpartition(".")
+        attr = name.replace("-", "_")
+        if section:
+            sections.setdefault(section, {})[attr] = getattr(getattr(default_obj, section), attr)
+        else:
+            top[attr] = getattr(default_obj, attr)
+    settled = replace(config, **top, **{name: replace(getattr(config, name), **values)
+                                        for name, values in sections.items()})
+    validate(settled)
+    return settled
+
+
+def _keep_flat(config: ExperimentConfig) -> ExperimentConfig:
+    """Keep ``config`` as the parse of its own flat form (:func:`from_run_config`)."""
+    return _keep(_items(config.to_flat()), config)

@@ -9,10 +9,11 @@ cached by :func:`fedkmeans.client_app.node_data`.)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import ExperimentConfig, PrivacyConfig, _coerce
+from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacyConfig, _coerce, _items
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -75,14 +76,34 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     return config
 
 
-def _key(flat: Mapping[str, Any]) -> tuple | None:
-    """``flat`` as a hashable cache key, or None when a value is not hashable."""
-    key = tuple(sorted(flat.items()))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+@lru_cache(maxsize=CACHED_CONFIGS)
+def _with_items(config: ExperimentConfig, items: tuple) -> ExperimentConfig:
+    values = {CLIENT_SETTINGS[key]: _coerce(key, raw, getattr(config.privacy, CLIENT_SETTINGS[key]))
+              for key, raw in items}
+    if all(getattr(config.privacy, name) == value for name, value in values.items()):
+        return config
+    resolved = replace(config, privacy=replace(config.privacy, **values))
+    check_keys(resolved, resolved.privacy, "privacy.")
+    return resolved
+
+
+def with_client_settings(config: ExperimentConfig, settings: Mapping[str, Any] | None,
+                         ) -> ExperimentConfig:
+    """``config`` with a request's resolved clip bounds (``CLIENT_SETTINGS``), checked.
+
+    The server resolves the ``auto`` bounds a node clips with and sends them with every
+    request; a node's config is its run config's with them replaced (once per distinct
+    settings), and the ``privacy.*`` rules checked again on the result, as
+    :func:`fedkmeans.config.validate` checks them. Other keys of ``settings`` are not
+    read here.
+
+    Raises
+    ------
+    ConfigError
+        A bound out of its range (naming the key).
+    """
+    items = tuple(sorted((k, v) for k, v in (settings or {}).items() if k in CLIENT_SETTINGS))
+    return _with_items(config, items) if items else config
 
 
 @lru_cache(maxsize=CACHED_CONFIGS)
@@ -96,6 +117,6 @@ def node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     The config is frozen, so the cached object is shared safely. See
     :func:`_node_config` for the keys read and the errors raised.
     """
-    key = _key(settings)
+    key = _items(settings)
     return _node_config(settings) if key is None else _cached_node_config(key)
 

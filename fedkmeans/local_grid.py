@@ -27,7 +27,7 @@ from fedkmeans.blas_threads import running_alone
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["InProcessGrid", "SERVER_NODE_ID", "new_run_id", "partitioned_grid"]
+__all__ = ["InProcessGrid", "SERVER_NODE_ID", "hand_back", "new_run_id", "partitioned_grid"]
 
 SERVER_NODE_ID = 0
 _RUN_IDS = itertools.count(1)
@@ -57,6 +57,11 @@ class InProcessGrid(Grid):
     #: experiment reports it (one line on the command line), not the ServerApp
     #: (:func:`fedkmeans.experiment.flower_logging.one_line_failure`).
     errors_to_caller = True
+    #: The server's data ``(points (m, d), labels or None)`` the ServerApp's caller
+    #: already loaded in this process (None: the ServerApp loads it).
+    server_data: tuple | None = None
+    #: What the ServerApp wrote, handed back to its caller (:func:`hand_back`).
+    result: dict | None = None
 
     def __init__(
         self,
@@ -133,6 +138,15 @@ class InProcessGrid(Grid):
             return Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
         reply.metadata.__dict__["_message_id"] = str(uuid4())
         return reply
+
+
+def hand_back(grid: Grid, result: dict) -> None:
+    """Give the ServerApp's caller the result it wrote, when the Grid is in-process.
+
+    Flower's own Grids have no caller in this process to take it: nothing is kept.
+    """
+    if isinstance(grid, InProcessGrid):
+        grid.result = result
 
 
 def partitioned_grid(app, run_config, num_nodes: int) -> InProcessGrid:

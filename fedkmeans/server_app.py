@@ -1,6 +1,6 @@
 """Flower ServerApp: read the run config, run the experiment, write ``result.json``.
 
-Thin by design: validation is :func:`fedkmeans.config.parse_config` (before any
+Thin by design: validation is :func:`fedkmeans.config.from_run_config` (before any
 message is sent) and the protocol is :func:`fedkmeans.experiment.runner.run_server`. This module
 is where a run is composed: it builds the observers of the configured attack (the
 curious server with ``attack = curious``, :data:`fedkmeans.plugins.ATTACKS`) and hands
@@ -14,10 +14,11 @@ from contextlib import nullcontext
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedkmeans.config import ExperimentConfig, parse_config
+from fedkmeans.config import ExperimentConfig, check_no_idle_keys, from_run_config
 from fedkmeans.console import log_through_flower
 from fedkmeans.experiment.flower_logging import one_line_failure
 from fedkmeans.experiment.runner import run_server
+from fedkmeans.local_grid import hand_back
 from fedkmeans.server.observer import RunObserver, attack
 
 app = ServerApp()
@@ -36,8 +37,11 @@ def main(grid: Grid, context: Context) -> None:
     report = nullcontext() if getattr(grid, "errors_to_caller", False) else one_line_failure(
         context.run_id)
     with report:
-        config = parse_config(context.run_config)
-        run_server(grid, config, run_id=context.run_id, observers=observers_for(config))
+        config = from_run_config(context.run_config)
+        check_no_idle_keys(config)  # flwr run's run config mirrors pyproject's defaults
+        hand_back(grid, run_server(grid, config, run_id=context.run_id,
+                                   observers=observers_for(config),
+                                   server_data=getattr(grid, "server_data", None)))
 
 
 def observers_for(config: ExperimentConfig) -> list[RunObserver]:

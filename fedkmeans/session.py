@@ -30,7 +30,7 @@ from flwr.serverapp import Grid
 
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import json_number
-from fedkmeans.checkpoint import PLAN_FREE_ROUNDS, Checkpoint
+from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig, check_server_points
 from fedkmeans.config_node import node_settings
 from fedkmeans.data.transform import IDENTITY, PublicTransform
@@ -237,8 +237,8 @@ def run_protocol(
     ctx.use_plan(config, releases, settings={**node_settings(config),
                                              **transform.to_settings(),
                                              **client_settings(config)})
-    restored = len(checkpoint.rounds.keys() & set(PLAN_FREE_ROUNDS)) if checkpoint else 0
-    ctx.expected_rounds = restored + _expected_rounds(config, subspace=subspace)
+    # the rounds before the plan (the estimate round, run or restored) and the plan's
+    ctx.expected_rounds = len(ctx.round_outputs) + _expected_rounds(config, subspace=subspace)
     for observer in observers:  # e.g. the curious server: sees the resolved settings
         observer.on_start(config)
     randomness = ctx.private_randomness

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from fedkmeans.config import ExperimentConfig
+from fedkmeans.stages.check import STRONG_STDS
 from fedkmeans.tuning.estimates import PrivateEstimates
 
 __all__ = ["centers_from", "centers_returned", "clipping_summary", "guarantee", "neighbouring",
@@ -91,12 +92,7 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
     if check is not None:
         margin, bar = check["margin_sigmas"], check["threshold_sigmas"]
         if check["chosen"] == "server-only":
-            noise = ("; within the noise: the choice could not tell the two answers "
-                     "apart, the server's is the default, not a finding"
-                     if check.get("within_noise") else "")
-            return ("server-lloyds (k-means on the server's data: the final private "
-                    f"choice's noisy cost difference was {margin:+.2f} noise standard "
-                    f"deviations, not below {bar:.3f}{noise})")
+            return f"server-lloyds (k-means on the server's data: {_why_server(check)})"
         return (f"{config.algorithm} (the protocol's centers: the final private choice's "
                 f"noisy cost difference was {margin:+.2f} noise standard deviations, below "
                 f"{bar:.3f})")
@@ -104,6 +100,31 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
         return (f"{config.algorithm} (k-means on the server's data: the estimate round "
                 "shows too few clients for the protocol at this epsilon)")
     return config.algorithm
+
+
+def _why_server(check: dict) -> str:
+    """Why the final choice kept the server's answer, from the margins it decided on.
+
+    The choice (:func:`fedkmeans.stages.check.returns_protocol`) reads two releases:
+    the widely clipped difference (``margin_sigmas``) and the typically clipped one
+    (``margins_sigmas[1]``), and needs the first to be able to reach
+    ``POWER_STDS`` noise standard deviations; the sentence names the condition that
+    failed, so it never says "not below" of a margin that was below.
+    """
+    margin, bar = check["margin_sigmas"], check["threshold_sigmas"]
+    noise = ("; within the noise: the choice could not tell the two answers apart, the "
+             "server's is the default, not a finding" if check.get("within_noise") else "")
+    said = (f"the final private choice's noisy cost difference was {margin:+.2f} noise "
+            f"standard deviations")
+    if margin >= bar or "margins_sigmas" not in check:
+        return f"{said}, not below {bar:.3f}{noise}"
+    if not check.get("powered", True):
+        return (f"{said}, but the release could reach only {check['reach_sigmas']:.2f} of "
+                f"them, too few to be told from noise{noise}")
+    narrow = check["margins_sigmas"][1]
+    return (f"{said}, below {bar:.3f}, but the difference clipped at a typical point's "
+            f"cost was {narrow:+.2f}, not below {bar:.3f} (the first would have had to be "
+            f"below {-STRONG_STDS:.3f} and the second below {-bar:.3f}){noise}")
 
 
 def centers_returned(result: dict[str, Any]) -> str:

@@ -111,3 +111,14 @@ def noiseless_estimates():
         return PrivateEstimates.read(rows.sum(axis=0), 0.0, level, declared=0)
 
     return make
+
+
+def read_keys(flat):
+    """``flat`` with the keys its run never reads reset (``SMALL`` has both levels' bounds).
+
+    As ``python -m fedkmeans.experiment`` passes a config to the ServerApp, which refuses
+    such a key set away from its default (``flwr run``: ``config.check_no_idle_keys``).
+    """
+    from fedkmeans.config import parse_config, settle_idle_keys
+
+    return settle_idle_keys(parse_config(flat), typed=()).to_flat()

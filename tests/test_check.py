@@ -250,6 +250,28 @@ def test_the_summary_says_when_the_margin_was_within_noise():
     assert centers_from(config, config, clear).endswith("not below -1.645)")
 
 
+def test_the_summary_names_the_condition_that_kept_the_server_s_answer():
+    """A wide margin below the bar is never called "not below" it (issue 48's rule)."""
+    from fedkmeans.stages.check import returns_protocol
+    from fedkmeans.statements import centers_from
+
+    config = parse_config(PAPER)
+    # wide -2.85: below -1.645 but not below -3.29; narrow +0.4: not below -1.645
+    disagree = {"chosen": "server-only", "margin_sigmas": -2.85, "threshold_sigmas": -1.645,
+                "margins_sigmas": [-2.85, 0.4], "powered": True, "reach_sigmas": 50.0,
+                "within_noise": False}
+    assert not returns_protocol(-2.85, 0.4, 50.0)
+    assert centers_from(config, config, disagree).endswith(
+        "-2.85 noise standard deviations, below -1.645, but the difference clipped at a "
+        "typical point's cost was +0.40, not below -1.645 (the first would have had to be "
+        "below -3.290 and the second below 1.645))")
+    weak = {**disagree, "margins_sigmas": [-2.85, -2.0], "powered": False, "reach_sigmas": 2.5,
+            "within_noise": True}
+    assert not returns_protocol(-2.85, -2.0, 2.5)
+    assert "but the release could reach only 2.50 of them, too few to be told from noise; " \
+        "within the noise" in centers_from(config, config, weak)
+
+
 class _Estimates:
     def __init__(self, points, clients):
         self.total_points, self.num_clients = points, clients

@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import counting_app
+from conftest import counting_app, read_keys
 
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import (
@@ -55,7 +55,7 @@ def _partial_checkpoint(flat):
     """Finish init-1..3, then every node fails in Lloyd's step 1: no result.json."""
     crashing, _ = counting_app(failing_stage="lloyds")
     with pytest.raises(Exception, match="min-replies"):
-        run_inprocess(server_app, crashing, flat, 3)
+        run_inprocess(server_app, crashing, read_keys(flat), 3)
 
 
 def _assert_advice(message, checkpoint_dir):
@@ -102,7 +102,7 @@ def test_a_replaced_data_file_is_refused_and_the_original_resumes(small_config, 
     path.write_bytes(original)  # the unchanged file: resumes without asking anyone again
     data_access._npz_version.cache_clear()
     resuming, calls = counting_app()
-    run_inprocess(server_app, resuming, flat, 3)
+    run_inprocess(server_app, resuming, read_keys(flat), 3)
     assert not any(stage in calls for stage in INIT_STAGES), calls
     assert calls["lloyds"] == 2 * 3
     result = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -115,7 +115,7 @@ def test_an_unchanged_data_file_resumes_a_complete_run_without_queries(small_con
     flat = _npz_config(small_config, tmp_path)
     first = run_flat(flat)
     rerun, calls = counting_app()
-    run_inprocess(server_app, rerun, flat, 3)
+    run_inprocess(server_app, rerun, read_keys(flat), 3)
     assert not any(stage in calls for stage in INIT_STAGES), calls
     again = json.loads((tmp_path / "out" / "result.json").read_text())
     assert again["privacy"]["releases"] == first["privacy"]["releases"]
@@ -275,7 +275,7 @@ def test_moving_aside_keeps_the_ledger_and_the_rerun_starts_fresh(small_config, 
     assert not checkpoint.exists()
 
     fresh, calls = counting_app()
-    run_inprocess(server_app, fresh, flat, 3)
+    run_inprocess(server_app, fresh, read_keys(flat), 3)
     assert all(calls.get(stage) == 3 for stage in INIT_STAGES), calls  # queried again
     new_state = json.loads((checkpoint / STATE_FILE).read_text())
     assert new_state["data_files"][0]["sha256"] != old_state["data_files"][0]["sha256"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import counting_app
+from conftest import counting_app, read_keys
 
 from fedkmeans import data as data_access
 from fedkmeans.client_app import app as client_app
@@ -177,7 +177,8 @@ def test_bad_replies_are_rejected_and_the_run_goes_on(small_config, tmp_path):
         ("covariance", nan_row), ("covariance", short_triangle), ("centers", wrong_shape)
     ):
         out = tmp_path / corrupt.__name__
-        run_inprocess(server_app, _corrupting(stage, corrupt), {**flat, "output-dir": str(out)}, 3)
+        run_inprocess(server_app, _corrupting(stage, corrupt),
+                      read_keys({**flat, "output-dir": str(out)}), 3)
         result = json.loads((out / "result.json").read_text())
         rejected = result["federation"]["rejected_replies"]
         assert len(rejected) == 1 and rejected[0]["node"] == 2
@@ -204,7 +205,7 @@ def test_too_few_valid_replies_stops_with_a_clear_error(small_config):
 
     with pytest.raises(Exception, match="min-replies"):
         run_inprocess(server_app, _corrupting("histogram", drop_everything),
-                      {**small_config, "federation.min-replies": 1.0}, 3)
+                      read_keys({**small_config, "federation.min-replies": 1.0}), 3)
 
 
 def test_server_reclips_a_client_that_skips_clipping(small_config, tmp_path):
@@ -220,7 +221,7 @@ def test_server_reclips_a_client_that_skips_clipping(small_config, tmp_path):
     honest = run_flat(flat_private)
     out = tmp_path / "attacked"
     attacked_config = {**flat_private, "output-dir": str(out)}
-    run_inprocess(server_app, _corrupting("centers", huge), attacked_config, 3)
+    run_inprocess(server_app, _corrupting("centers", huge), read_keys(attacked_config), 3)
     attacked = json.loads((out / "result.json").read_text())
     shift = np.linalg.norm(centers(attacked) - centers(honest))
     assert math.isfinite(shift) and shift < 50.0
@@ -232,13 +233,13 @@ def test_killed_run_resumes_from_checkpoint_without_spending_budget_twice(small_
 
     crashing, _ = counting_app(failing_stage="lloyds")
     with pytest.raises(Exception, match="min-replies"):
-        run_inprocess(server_app, crashing, flat, 3)
+        run_inprocess(server_app, crashing, read_keys(flat), 3)
     state = json.loads((tmp_path / "out" / "checkpoint" / "state.json").read_text())
     assert state["rounds"] == ["init-1", "init-2", "init-3"]
     assert len(state["ledger"]["releases"]) == 4
 
     resuming, calls = counting_app()
-    run_inprocess(server_app, resuming, flat, 3)
+    run_inprocess(server_app, resuming, read_keys(flat), 3)
     resumed = json.loads((tmp_path / "out" / "result.json").read_text())
     assert "covariance" not in calls and "histogram" not in calls and "centers" not in calls
     assert calls["lloyds"] == 2 * 3  # two steps, three nodes
@@ -276,7 +277,7 @@ def test_a_lost_node_costs_utility_not_privacy(small_config, tmp_path):
         return client_app(msg, context)
 
     out = tmp_path / "lost"
-    run_inprocess(server_app, losing_node_2, {**flat, "output-dir": str(out)}, 3)
+    run_inprocess(server_app, losing_node_2, read_keys({**flat, "output-dir": str(out)}), 3)
     lost = json.loads((out / "result.json").read_text())
     assert lost["privacy"]["releases"] == full["privacy"]["releases"]
     assert lost["privacy"]["epsilon"] == full["privacy"]["epsilon"]
@@ -299,5 +300,5 @@ def test_nodes_with_different_dimensions_stop_before_any_statistic(small_config)
 
     with pytest.raises(FederationError, match=r"nodes disagree on the feature dimension: "
                        r"node 1: d=8, node 2: d=9, node 3: d=8"):
-        run_inprocess(server_app, app, small_config, 3)
+        run_inprocess(server_app, app, read_keys(small_config), 3)
     assert set(asked) == {"query.register"}

@@ -13,7 +13,7 @@ import traceback
 
 import numpy as np
 import pytest
-from conftest import PAPER, SMALL, run_server_inprocess
+from conftest import PAPER, SMALL, read_keys, run_server_inprocess
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import PrivacySpent
@@ -52,7 +52,8 @@ def _grid(app) -> InProcessGrid:
 def _settings(flat: dict) -> dict:
     """The flat config's privacy and federation keys as a strategy's keyword arguments."""
     skip = {"privacy.epsilon", "privacy.delta", "privacy.level", "federation.engine"}
-    return {key.split(".", 1)[1].replace("-", "_"): value for key, value in flat.items()
+    read = read_keys(flat)  # the keys of SMALL this run reads, as the experiment does
+    return {key.split(".", 1)[1].replace("-", "_"): read[key] for key in flat
             if key.startswith(("privacy.", "federation.")) and key not in skip}
 
 

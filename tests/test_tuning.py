@@ -13,7 +13,7 @@ from fedkmeans.clustering import (
     top_eigenvectors,
 )
 from fedkmeans.clustering.distances import squared_distances
-from fedkmeans.config import AUTO, ConfigError, parse_config
+from fedkmeans.config import AUTO, CLIENT_BOUNDS, ConfigError, parse_config
 from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment.cli import run_flat
@@ -89,8 +89,11 @@ def test_server_estimate_is_the_weighted_mean_of_each_centers_server_points():
 
 # -- configuration ----------------------------------------------------------------------
 def test_auto_is_accepted_only_for_the_tunable_settings():
-    config = parse_config(AUTO_ALL)
+    config = parse_config({**AUTO_ALL, "privacy.level": "client"})
     assert set(config.privacy.auto_keys) == {key[8:].replace("-", "_") for key in AUTO_ALL}
+    # at data-point level the client-level bounds are read by nothing, so not resolved
+    datapoint = parse_config(AUTO_ALL).privacy.auto_keys
+    assert set(config.privacy.auto_keys) - set(datapoint) == set(CLIENT_BOUNDS)
     assert config.privacy.split == AUTO and config.to_flat()["privacy.split"] == "auto"
     assert parse_config(config.to_flat()) == config  # round trip
     with pytest.raises(ConfigError, match="'privacy.epsilon'"):

@@ -11,6 +11,7 @@ is stopped by PID.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -56,15 +57,31 @@ def test_the_user_app_runs_in_process(tmp_path, monkeypatch, capsys):
     grid = InProcessGrid(client_app.app, {}, [{"partition-id": i, "num-partitions": 3}
                                               for i in range(3)], run_id)
     config = {"epsilon": 1.0, "num-nodes": 3, "curious": True, "out": str(tmp_path)}
-    server_app.main(grid, Context(run_id=run_id, node_id=0, node_config={},
-                                  state=RecordDict(), run_config=config))
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    flower = logging.getLogger("flwr")
+    handler = Lines()
+    flower.addHandler(handler)
+    try:
+        server_app.main(grid, Context(run_id=run_id, node_id=0, node_config={},
+                                      state=RecordDict(), run_config=config))
+    finally:
+        flower.removeHandler(handler)
+    # the estimate round runs before the plan knows the round count: "(1)", then "(2/5)"
+    progress = [line for line in lines if line.startswith("[progress] round ")]
+    assert progress[0].endswith("(1)") and progress[0].startswith("[progress] round estimate")
+    assert progress[-1].endswith(f"({len(progress)}/{len(progress)})"), progress
     release = json.loads((tmp_path / "release.json").read_text())
     # the protocol's centers lie within 0.5 of the modes; on this small federation the
-    # final choice's margin is within the noise in about 1 run in 10, and the run then
-    # answers with k-means on the app's fixed server points, which lies 0.604 from a mode
+    # final choice sometimes keeps k-means on the app's fixed server points (its margin
+    # within the noise, or the two clips disagreeing), which lies 0.604 from a mode
     # (public and deterministic: the same in every such run)
     protocol = release["centers_from"].startswith("feddp-kmeans")
-    assert protocol or "within the noise" in release["centers_from"]
+    assert protocol or release["centers_from"].startswith("server-lloyds")
     assert _near_modes(np.array(release["centers"])) < (0.5 if protocol else 0.61)
     assert release["privacy"]["epsilon"] <= release["privacy"]["target_epsilon"] == 1.0
     curious = json.loads((tmp_path / "curious.json").read_text())

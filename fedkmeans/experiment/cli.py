@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import difflib
 import gc
-import json
 import os
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,11 +44,18 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
-from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
+from fedkmeans.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_server_points,
+    from_run_config,
+    settle_idle_keys,
+    to_run_config,
+)
 from fedkmeans.data.catalog import dataset
 from fedkmeans.experiment.engines import App, engine
 from fedkmeans.experiment.flower_logging import TRACEBACK_ENV
-from fedkmeans.experiment.rundir import check_output_dir, remove_unused_run_dir
+from fedkmeans.experiment.rundir import check_output_dir, default_output_dir, remove_unused_run_dir
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.tuning.hand import check_declared_radius
 
@@ -59,6 +64,9 @@ from fedkmeans.tuning.hand import check_declared_radius
 RUN_UID = uuid.uuid4().hex[:6]
 if not OmegaConf.has_resolver("fedkmeans_uid"):
     OmegaConf.register_new_resolver("fedkmeans_uid", lambda: RUN_UID)
+if not OmegaConf.has_resolver("fedkmeans_run_dir"):  # hydra.run.dir: the one default
+    OmegaConf.register_new_resolver(
+        "fedkmeans_run_dir", lambda: str(default_output_dir(uid=RUN_UID)), use_cache=True)
 
 #: This Flower app, as the engines run it (``pyproject.toml``'s components); after an
 #: in-process run the nodes' clients, which lived in this process, are freed.
@@ -125,51 +133,92 @@ def num_nodes(config: ExperimentConfig) -> int:
     return min(runner.default_file_nodes, MAX_DEFAULT_NODES)
 
 
-def preflight(flat: Mapping[str, Any]) -> ExperimentConfig:
+def typed_keys(overrides: Sequence[str]) -> set[str]:
+    """The flat keys a list of Hydra overrides sets by name (not a group's option).
+
+    ``["dataset=file", "privacy.clip-sums=9", "+x=1", "~seed"]`` -> ``{"privacy.clip-sums",
+    "x"}``: a group choice (``dataset=file``) sets a preset, a deletion sets nothing.
+    """
+    groups = set(_groups())
+    keys = set()
+    for override in resolve_aliases(overrides):
+        key, sep, _ = override.partition("=")
+        if sep and not key.startswith("~"):
+            name = key.lstrip("+")
+            if name.split("/")[0] not in groups and not name.startswith("hydra"):
+                keys.add(name)
+    return keys
+
+
+def settled_flat(flat: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A composed Hydra config with the keys the run never reads settled.
+
+    Those the ``overrides`` typed are refused; those a preset set go back to their
+    defaults (:func:`fedkmeans.config.settle_idle_keys`).
+
+    Raises
+    ------
+    ConfigError
+        A bad value, or a typed key the run never reads (naming it).
+    """
+    return settle_idle_keys(from_run_config(flat), typed_keys(overrides)).to_flat()
+
+
+def preflight(flat: Mapping[str, Any]) -> tuple[ExperimentConfig, tuple]:
     """Every check that needs no client data, before any node starts.
 
-    Validates the keys (:func:`fedkmeans.config.parse_config`), resolves a relative
-    ``data.path`` against the current directory (the ``flower`` engine runs the server
-    elsewhere), checks that the file exists, and that ``k`` (or ``k-max``) does not
-    exceed the number of server points (the server's own, public data), and that a
-    declared data radius is not below the median norm of the server's data
-    (:func:`fedkmeans.tuning.hand.check_declared_radius`).
+    Validates the keys (:func:`fedkmeans.config.from_run_config`); resets a key the run
+    never reads to its default (a whole flat config, as Hydra composes it with its
+    presets; the command line refuses such a key the user typed before:
+    :func:`settled_flat`), so the ServerApp, which refuses one set away from its default
+    (``flwr run``), gets none; resolves a relative ``data.path`` against the current
+    directory (the ``flower`` engine runs the server elsewhere), checks that the file
+    exists, and that ``k`` (or ``k-max``) does not exceed the number of server points
+    (the server's own, public data), and that a declared data radius is not below the
+    median norm of the server's data (:func:`fedkmeans.tuning.hand.check_declared_radius`).
+
+    Returns
+    -------
+    config : ExperimentConfig
+    server_data : tuple
+        The server's data ``(points (m, d), labels (m,) or None)``, loaded once: an
+        in-process run's ServerApp computes with it instead of loading it again.
 
     Raises
     ------
     ConfigError
         Naming the key, the value and what is allowed.
     """
-    config = parse_config(flat)
+    config = settle_idle_keys(from_run_config(flat), typed=())
+    flat = config.to_flat()
     resolved = dataset(config.data.name).resolve(config, flat)  # e.g. data.path made absolute
-    if resolved != dict(flat):
-        config = parse_config(resolved)
-    server_x = data_access.load_server(config)[0]
+    if resolved != flat:
+        config = from_run_config(resolved)
+    server_data = data_access.load_server(config)
+    server_x = server_data[0]
     check_server_points(config, server_x.shape[0])
     check_declared_radius(config, config.public_transform(server_x).apply(server_x))
-    return config
+    return config, server_data
 
 
 def run_flat(flat: Mapping[str, Any]) -> dict:
-    """Validate a flat config, run it on its engine, return the result dict."""
-    config = preflight(flat)  # one clear error before any client data is touched
-    flat = config.to_flat()
-    if not flat["output-dir"]:
-        # the CLI's run directory (conf/config.yaml, hydra.run.dir), with a fresh id
-        flat["output-dir"] = str(
-            Path.cwd().resolve() / "outputs" / time.strftime("%Y-%m-%d")
-            / f"{time.strftime('%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
-        )
-    check_output_dir(Path(flat["output-dir"]), config)  # refuse before any node starts
+    """Validate a flat config, run it on its engine, return the result dict.
+
+    Without ``output-dir`` the run writes to :func:`fedkmeans.experiment.rundir.default_output_dir`
+    (chosen before the config is parsed, so the config the nodes get is the one parsed).
+    """
+    # one clear error before any client data is touched
+    config, server_data = preflight(_with_output_dir(flat))
+    output_dir = Path(config.output_dir)
+    check_output_dir(output_dir, config)  # refuse before any node starts
     runner = engine(config.federation.engine)
-    if runner.separate_processes and (Path(flat["output-dir"]) / "checkpoint").exists():
+    if runner.separate_processes and (output_dir / "checkpoint").exists():
         # a checkpoint of other data or a corrupt one is refused before Ray starts
-        Checkpoint.open(Path(flat["output-dir"]) / "checkpoint", config)
-    result_path = runner.run(APP, flat, num_nodes=num_nodes(config),
-                             num_cpus=config.federation.num_cpus,
-                             client_cpus=config.federation.client_cpus)
-    result = json.loads(result_path.read_text())
-    result["result_path"] = str(result_path)
+        Checkpoint.open(output_dir / "checkpoint", config)
+    result = runner.run(APP, to_run_config(config), num_nodes=num_nodes(config),
+                        num_cpus=config.federation.num_cpus,
+                        client_cpus=config.federation.client_cpus, server_data=server_data)
+    result["result_path"] = str(output_dir / APP.result_file)
     return result
 
 
@@ -196,17 +245,33 @@ def register_hydra_options() -> None:
                 store.store(group=group, name=name, node=node(name), package="_global_")
 
 
-def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The flat config that the Hydra config with ``overrides`` composes to."""
+def _with_output_dir(flat: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``flat`` with :func:`fedkmeans.experiment.rundir.default_output_dir` unless it names one."""
+    return flat if flat.get("output-dir") else {**flat, "output-dir": str(default_output_dir())}
+
+
+def _composed(overrides: Sequence[str]) -> dict[str, Any]:
     register_hydra_options()
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
-        cfg = compose(config_name="config", overrides=resolve_aliases(overrides))
-    return flatten(cfg)
+        return flatten(compose(config_name="config", overrides=resolve_aliases(overrides)))
+
+
+def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The flat config that the Hydra config with ``overrides`` composes to, settled.
+
+    Settled: the keys the run never reads are refused if ``overrides`` typed them, else
+    reset to their defaults (:func:`settled_flat`).
+    """
+    return settled_flat(_composed(overrides), overrides)
 
 
 def run(overrides: Sequence[str] = ()) -> dict:
-    """Compose the Hydra config with ``overrides``, run it, return the result dict."""
-    return run_flat(compose_flat(overrides))
+    """Compose the Hydra config with ``overrides``, run it, return the result dict.
+
+    The output directory is chosen before the config is settled, so the config the run
+    parses is the one it runs with (one parse per process).
+    """
+    return run_flat(settled_flat(_with_output_dir(_composed(overrides)), overrides))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
@@ -267,6 +332,7 @@ def one_line_errors() -> Iterator[None]:
 
 
 def _main(flat: dict[str, Any], hydra_config) -> None:
+    task = list(hydra_config.overrides.task)
     if hydra_config.mode == RunMode.MULTIRUN:
         from fedkmeans.experiment.sweep import job_output_dir, run_job
 
@@ -278,7 +344,7 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
             sweep_dir=sweep_dir,
             job=int(hydra_config.job.num),
             overrides=list(hydra_config.overrides.task),
-            runner=run_flat,
+            runner=lambda job_flat: run_flat(settled_flat(job_flat, task)),
         )
         return
     run_dir = Path(hydra_config.runtime.output_dir).resolve()
@@ -286,7 +352,7 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
         flat["output-dir"] = str(run_dir)
     try:
         freeze_startup_objects()
-        result = run_flat(flat)
+        result = run_flat(settled_flat(flat, task))
     except BaseException:
         # a run that wrote nothing leaves no directory: Hydra made this one and put
         # only its config copy and the job log (the error is on stderr) in it

@@ -4,9 +4,9 @@ Two runs must never share an output directory by accident: the second would
 overwrite the first's ``result.json`` (both reporting success) or resume from a
 checkpoint the first is still writing. So:
 
-* default directories are unique (a timestamp plus a short random id: Hydra's
-  ``${fedkmeans_uid:}`` resolver, registered by :mod:`fedkmeans.experiment`, and
-  :func:`fedkmeans.experiment.run_flat`'s own default);
+* default directories are unique (a timestamp plus a short random id), chosen in one
+  place, :func:`default_output_dir` (Hydra's ``hydra.run.dir`` is its
+  ``${fedkmeans_run_dir:}`` resolver, registered by :mod:`fedkmeans.experiment`);
 * a run holds ``<output-dir>/run.lock`` (its PID, created with ``O_EXCL``) while it
   runs; another run finding a live lock stops with :class:`OutputDirError` before it
   touches anything (a lock left by a dead process is taken over);
@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,9 +34,35 @@ from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.fingerprint import config_digest
 
 __all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir",
-           "remove_unused_run_dir"]
+           "default_output_dir", "remove_unused_run_dir"]
 
 LOCK_FILE = "run.lock"
+
+
+def default_output_dir(run_id: int | str | None = None, *, uid: str | None = None) -> Path:
+    """Where a run writes when ``output-dir`` is not set: the one rule, for every entry.
+
+    Parameters
+    ----------
+    run_id : int or str, optional
+        Given by a ServerApp that Flower started without ``output-dir`` (``flwr run``):
+        ``~/.fedkmeans/runs/<run id>`` (the SuperLink's working directory means
+        nothing to the user).
+    uid : str, optional
+        Without ``run_id`` (the command line, through Hydra's ``hydra.run.dir``, and
+        the Python API): ``outputs/<YYYY-MM-DD>/<HH-MM-SS>-<uid>`` under the current
+        directory; ``uid`` defaults to 6 fresh random hex digits, so two runs started
+        in the same second never share a directory.
+
+    Returns
+    -------
+    Path
+        Absolute.
+    """
+    if run_id is not None:
+        return Path.home() / ".fedkmeans" / "runs" / str(run_id)
+    return (Path.cwd().resolve() / "outputs" / time.strftime("%Y-%m-%d")
+            / f"{time.strftime('%H-%M-%S')}-{uid or uuid.uuid4().hex[:6]}")
 
 
 class OutputDirError(ConfigError):

@@ -24,7 +24,7 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import ExperimentConfig
 from fedkmeans.console import announce, say
 from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
-from fedkmeans.experiment.rundir import claim_output_dir
+from fedkmeans.experiment.rundir import claim_output_dir, default_output_dir
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
 from fedkmeans.session import import_what_the_rounds_use, run_protocol
@@ -37,7 +37,7 @@ __all__ = ["RESULT_FILE", "run_server"]
 
 def run_server(
     grid: Grid, config: ExperimentConfig, *, run_id: int | str = 0,
-    observers: Sequence[RunObserver] = (),
+    observers: Sequence[RunObserver] = (), server_data: tuple | None = None,
 ) -> dict:
     """Execute ``config`` against the nodes behind ``grid``; write and return the result.
 
@@ -68,19 +68,20 @@ def run_server(
         Another live run holds the output directory, or it holds the result of another
         configuration (before any node is asked anything).
     """
-    output_dir = _output_dir(config, run_id)
+    output_dir = Path(config.output_dir) if config.output_dir else default_output_dir(run_id)
     announce(LOG)  # with the operator's opt-in: the lines marked not private
     with claim_output_dir(output_dir, config):
-        return _run_claimed(grid, config, output_dir, observers)
+        return _run_claimed(grid, config, output_dir, observers, server_data)
 
 
 def _run_claimed(
-    grid: Grid, config: ExperimentConfig, output_dir: Path, observers: Sequence[RunObserver]
+    grid: Grid, config: ExperimentConfig, output_dir: Path, observers: Sequence[RunObserver],
+    server_data: tuple | None,
 ) -> dict:
     import_what_the_rounds_use()
     start = time.perf_counter()
     checkpoint = Checkpoint.open(output_dir / "checkpoint", config)
-    server_x, _ = data_access.load_server(config)
+    server_x, _ = server_data if server_data is not None else data_access.load_server(config)
     outcome = run_protocol(grid, config, server_x, checkpoint=checkpoint, observers=observers)
     pool, centers, randomness = outcome.pool, outcome.centers, outcome.context.private_randomness
     timings = dict(outcome.timings)
@@ -135,9 +136,3 @@ def _answering_everywhere(pool: ClientPool) -> int:
     """Registered nodes that no round rejected or missed (a dead node is not counted)."""
     lost = {r["node"] for r in pool.rejected}
     return len([nid for nid in pool.node_clients if nid not in lost])
-
-
-def _output_dir(config: ExperimentConfig, run_id: int | str) -> Path:
-    if config.output_dir:
-        return Path(config.output_dir)
-    return Path.home() / ".fedkmeans" / "runs" / str(run_id)

@@ -287,7 +287,7 @@ def run_job(
         The job's overrides, recorded in the row.
     runner : callable
         Runs a flat config and returns the result dict
-        (:func:`fedkmeans.experiment.run_flat`).
+        (:func:`fedkmeans.experiment.cli.run_flat`).
 
     Returns
     -------

@@ -10,11 +10,13 @@ wherever the config does. The config is built by :func:`~fedkmeans.config.parse_
 key), with ``data.name = mounted`` (:mod:`fedkmeans.data.mounted`: the nodes' own data;
 nothing about it is read to validate), and ``k`` checked against the server's data.
 
-A keyword that would do nothing in a strategy is refused, not ignored: the harness's
-engine keys (:data:`HARNESS_KEYS`: the engine, Ray's CPUs, the project ClientApp's node
-cache) belong to ``python -m fedkmeans.experiment``, not to a Flower app whose engine and
-ClientApp are the user's. Errors name the keyword the caller wrote (``n_clusters``,
-``lloyds_steps``), never the config key it becomes (:func:`in_caller_words`).
+A keyword that would do nothing in a strategy is refused, not ignored: one the run never
+reads (``clip_sums`` at data-point level: :func:`~fedkmeans.config.check_no_idle_keys`),
+and the harness's engine keys (:data:`HARNESS_KEYS`: the engine, Ray's CPUs, the project
+ClientApp's node cache), which belong to ``python -m fedkmeans.experiment``, not to a
+Flower app whose engine and ClientApp are the user's. Errors name the keyword the caller
+wrote (``n_clusters``, ``lloyds_steps``), never the config key it becomes
+(:func:`in_caller_words`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from fedkmeans.config import ConfigError, ExperimentConfig, check_server_points, parse_config
+from fedkmeans.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_no_idle_keys,
+    check_server_points,
+    parse_config,
+)
 
 __all__ = ["HARNESS_KEYS", "SETTING_KEYS", "build_config", "in_caller_words", "server_points"]
 
@@ -150,6 +158,7 @@ def build_config(algorithm: str, n_clusters: int | str, epsilon: float, delta: f
             **{SETTING_KEYS[name]: value for name, value in settings.items()}}
     try:
         config = parse_config(flat)
+        check_no_idle_keys(config)  # e.g. clip_sums at data-point level
         check_server_points(config, server_x.shape[0], " in server_data")
     except ConfigError as exc:
         raise ConfigError(in_caller_words(str(exc), words)) from None

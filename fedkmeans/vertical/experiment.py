@@ -10,7 +10,6 @@ ServerApp and ClientApp, one Context per party) or ``flower`` (``flwr run`` on
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,8 +61,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="fedkmeans-vertical-") as tmp:
         if not flat["output-dir"]:
             flat["output-dir"] = tmp
-        path = ENGINES[engine].run(APP, flat, num_nodes=config.parties, num_cpus=num_cpus,
-                                   client_cpus=1, timeout=timeout)
-        result = json.loads(path.read_text())
-    result["result_path"] = str(path)
+        result = ENGINES[engine].run(APP, flat, num_nodes=config.parties, num_cpus=num_cpus,
+                                     client_cpus=1, timeout=timeout)
+    result["result_path"] = str(Path(flat["output-dir"]) / APP.result_file)
     return result

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.console import log_through_flower
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
+from fedkmeans.local_grid import hand_back
 from fedkmeans.privacy.randomness import REPRODUCIBLE_NOTICE
 from fedkmeans.seeding import generator
 from fedkmeans.vertical.accounting import per_sample_account
@@ -50,7 +51,8 @@ def main(grid: Grid, context: Context) -> None:
     """Run the configured vertical protocol on the connected SuperNodes."""
     log_through_flower()
     config = parse_vertical_config(context.run_config)
-    run_vertical(grid, config, run_id=context.run_id, observers=observers_for(config))
+    hand_back(grid, run_vertical(grid, config, run_id=context.run_id,
+                                 observers=observers_for(config)))
 
 
 def observers_for(config: VerticalConfig) -> list:

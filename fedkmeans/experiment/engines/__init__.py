@@ -7,8 +7,8 @@ registers both; their modules (Flower, Ray) are imported only when a run starts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from fedkmeans.experiment.engines.base import App, Engine, engine, load_component, register_engine
@@ -27,17 +27,21 @@ class InProcess(Engine):
     default_file_nodes = 1
 
     def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
-            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
-        """Run ``app`` on an :class:`~.inprocess.InProcessGrid` (see :meth:`Engine.run`)."""
+            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0,
+            server_data: tuple | None = None) -> dict[str, Any]:
+        """Run ``app`` on an :class:`~.inprocess.InProcessGrid` (see :meth:`Engine.run`).
+
+        Returns the result the ServerApp handed back (the one it wrote), not a read of
+        its file.
+        """
         from fedkmeans.experiment.engines.inprocess import run_inprocess
 
         try:
-            run_inprocess(load_component(app.server), load_component(app.client),
-                          run_config, num_nodes)
+            return run_inprocess(load_component(app.server), load_component(app.client),
+                                 run_config, num_nodes, server_data=server_data)
         finally:
             if app.cleanup is not None:
                 load_component(app.cleanup)()  # every node lived in this process
-        return Path(run_config["output-dir"]) / app.result_file
 
 
 class Flower(Engine):
@@ -49,13 +53,19 @@ class Flower(Engine):
     default_file_nodes = 1
 
     def run(self, app: App, run_config: Mapping[str, Any], *, num_nodes: int,
-            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0) -> Path:
-        """Run ``app`` with :func:`~.flower.run_flower` (see :meth:`Engine.run`)."""
+            num_cpus: int = 2, client_cpus: float = 1.0, timeout: float = 3600.0,
+            server_data: tuple | None = None) -> dict[str, Any]:
+        """Run ``app`` with :func:`~.flower.run_flower` (see :meth:`Engine.run`).
+
+        The ServerApp ran in another process: its result is read from the file it
+        wrote (``server_data`` is not used: that process loads the server's data).
+        """
         from fedkmeans.experiment.engines.flower import run_flower
 
-        return run_flower(run_config, num_nodes=num_nodes, num_cpus=num_cpus,
+        path = run_flower(run_config, num_nodes=num_nodes, num_cpus=num_cpus,
                           client_cpus=client_cpus, project_dir=app.project_dir,
                           timeout=timeout)
+        return json.loads(path.read_text())
 
 
 INPROCESS = register_engine(InProcess())

@@ -1,5 +1,9 @@
 """What an engine is: something that runs a Flower app on some nodes and returns its result.
 
+The result it returns is the one the app wrote: handed back in-process by the app
+(:attr:`fedkmeans.local_grid.InProcessGrid.result`), read from the app's result file
+when the app ran in other processes.
+
 Both apps (:mod:`fedkmeans.experiment`, :mod:`fedkmeans.vertical.experiment`) describe
 themselves as an :class:`App` and hand it to the engine the config names
 (``federation.engine``; :data:`fedkmeans.plugins.ENGINES`), so neither branches on
@@ -73,7 +77,8 @@ class Engine(ABC):
         num_cpus: int = 2,
         client_cpus: float = 1.0,
         timeout: float = 3600.0,
-    ) -> Path:
+        server_data: tuple | None = None,
+    ) -> dict[str, Any]:
         """Run ``app`` with ``run_config`` (flat keys, absolute ``output-dir``).
 
         Parameters
@@ -88,11 +93,15 @@ class Engine(ABC):
             them).
         timeout : float
             Seconds before the run is stopped (where the engine can stop it).
+        server_data : tuple, optional
+            The server's data ``(points (m, d), labels or None)`` the caller already
+            loaded: a ServerApp in this process computes with it (engines whose
+            ServerApp runs elsewhere ignore it; it loads the data once there).
 
         Returns
         -------
-        Path
-            ``output-dir / app.result_file``, written by the ServerApp.
+        dict
+            The content of ``output-dir / app.result_file``, as the ServerApp wrote it.
         """
 
 

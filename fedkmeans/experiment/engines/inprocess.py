@@ -9,6 +9,7 @@ transport and process isolation are skipped). Used for tests and fast sweeps.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from flwr.app import Context, RecordDict
 from flwr.clientapp import ClientApp
@@ -24,13 +25,17 @@ def run_inprocess(
     client_app: ClientApp,
     run_config: Mapping,
     num_nodes: int,
-) -> None:
+    *,
+    server_data: tuple | None = None,
+) -> dict[str, Any] | None:
     """Run ``server_app`` against ``num_nodes`` in-process nodes of ``client_app``.
 
     Node i gets ``partition-id = i`` and ``num-partitions = num_nodes``, as in the
-    Flower simulation.
+    Flower simulation. ``server_data`` (the server's data the caller loaded) rides on
+    the Grid; the result is what the ServerApp handed back on it (None if it did not).
     """
     grid = partitioned_grid(client_app, run_config, num_nodes)
+    grid.server_data = server_data
     context = Context(
         run_id=grid._run_id,
         node_id=SERVER_NODE_ID,
@@ -39,3 +44,4 @@ def run_inprocess(
         run_config=dict(run_config),
     )
     server_app(grid, context)
+    return grid.result

@@ -1,0 +1,124 @@
+"""A key the run never reads is refused, on every entry: Hydra, flwr run, the strategies.
+
+The presets (the data sets' options, ``tuning=none``) set both privacy levels' bounds, so
+the Hydra command line refuses a key only when the user typed it and resets a preset's
+value; ``flwr run``'s run config mirrors the defaults, so there a value away from its
+default is one the user set (``fedkmeans.config.IDLE_RULES``).
+"""
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomllib
+from conftest import SMALL, counting_app, read_keys
+
+from fedkmeans.config import (
+    ConfigError,
+    ExperimentConfig,
+    check_no_idle_keys,
+    idle_keys,
+    parse_config,
+)
+from fedkmeans.experiment.cli import compose_flat, typed_keys
+from fedkmeans.experiment.engines.inprocess import run_inprocess
+from fedkmeans.server_app import app as server_app
+from fedkmeans.strategies import FedDPKMeans
+
+CLIENT_BOUNDS = ["privacy.clip-covariance", "privacy.clip-histogram", "privacy.clip-sums",
+                 "privacy.clip-counts"]
+
+
+def _cli(args, cwd):
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("HYDRA_FULL_ERROR", "FEDKMEANS_TRACEBACK")}
+    return subprocess.run([sys.executable, "-m", "fedkmeans.experiment", *args], cwd=cwd,
+                          env=environ, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, key, reads", [
+    (["privacy.clip-sums=5"], "privacy.clip-sums", "privacy.level = 'client'"),
+    (["federation.num-cpus=4"], "federation.num-cpus", "federation.engine = 'flower'"),
+])
+def test_the_command_line_refuses_a_typed_key_the_run_never_reads(tmp_path, args, key, reads):
+    proc = _cli(args, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"fedkmeans: config error: config key '{key}' does nothing")
+    assert reads in first and "remove it" in first
+    assert not (tmp_path / "outputs").exists()  # before any data is read or node started
+
+
+def test_a_sweep_job_whose_key_does_nothing_fails_and_the_sweep_goes_on(tmp_path):
+    proc = _cli(["-m", "privacy.clip-sums=100,200", f"hydra.sweep.dir={tmp_path}/sweep"],
+                tmp_path)
+    assert proc.returncode == 1, proc.stderr  # a failed job: status 1
+    with open(tmp_path / "sweep" / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2
+    assert all(row["status"] == "failed" and "'privacy.clip-sums' does nothing" in row["error"]
+               for row in rows)
+
+
+@pytest.mark.parametrize("dataset", ["nycflights", "mplsstops", "mixture-client"])
+def test_a_preset_s_bounds_of_the_other_level_go_back_to_their_defaults(dataset):
+    defaults = ExperimentConfig().to_flat()
+    datapoint = compose_flat([f"dataset={dataset}", "tuning=none"])
+    assert all(datapoint[key] == defaults[key] for key in CLIENT_BOUNDS)
+    client = compose_flat([f"dataset={dataset}", "tuning=none", "privacy=client"])
+    assert all(isinstance(client[key], float) for key in CLIENT_BOUNDS)  # read: kept
+
+
+def test_a_typed_key_counts_where_the_run_reads_it_whatever_the_preset():
+    flat = compose_flat(["privacy=client", "privacy.clip-sums=123"])
+    assert flat["privacy.clip-sums"] == 123.0
+    for typed in ("privacy.clip-sums=123", "privacy.clip-sums=auto"):  # even its default
+        with pytest.raises(ConfigError, match="'privacy.clip-sums' does nothing"):
+            compose_flat([typed])
+    with pytest.raises(ConfigError, match="'privacy.lloyds-split' does nothing.*lloyds-steps"):
+        compose_flat(["tuning=none", "privacy.lloyds-split='0.5,0.5'"])  # T = 0
+    assert compose_flat(["privacy.lloyds-split='0.5,0.5'"])["privacy.lloyds-split"] == "0.5,0.5"
+    with pytest.raises(ConfigError, match="'privacy.check-clip' does nothing.*final private"):
+        compose_flat(["algorithm=server-lloyds", "privacy.check-clip=2"])
+
+
+def test_typed_keys_are_the_overrides_that_name_a_key():
+    assert typed_keys(["dataset=file", "privacy=client", "privacy.clip-sums=9", "+seed=1",
+                       "~k", "algorithm.k=auto", "hydra.verbose=true"]) == {
+        "privacy.clip-sums", "seed", "k"}
+
+
+def test_flwr_run_s_server_app_refuses_a_value_away_from_its_default_before_any_message():
+    app, asked = counting_app()
+    with pytest.raises(ConfigError, match="'privacy.clip-sums' does nothing.*'client'"):
+        run_inprocess(server_app, app, {**read_keys(SMALL), "privacy.clip-sums": 5.0}, 3)
+    assert asked == {}
+
+
+def test_pyproject_s_run_config_mirror_reads_every_key_it_sets():
+    """flwr run passes the whole mirror: none of its values may count as set by the user."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    table = tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"]
+
+    def flat(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield prefix + key, value
+
+    config = parse_config(dict(flat(table)))
+    check_no_idle_keys(config)
+    assert set(idle_keys(config)) >= {*CLIENT_BOUNDS, "federation.num-cpus"}
+
+
+def test_a_strategy_refuses_a_keyword_the_run_never_reads():
+    server = np.random.default_rng(0).normal(size=(30, 3))
+    with pytest.raises(ConfigError, match="^clip_sums does nothing.*level = 'client'"):
+        FedDPKMeans(n_clusters=3, server_data=server, clip_sums=5.0)
+    strategy = FedDPKMeans(n_clusters=3, server_data=server, level="client", clip_sums=5.0)
+    assert strategy.config.privacy.clip_sums == 5.0
