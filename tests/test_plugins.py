@@ -4,7 +4,7 @@ A toy baseline (``tests/toy_algorithm.py``) and a toy attack (``tests/toy_attack
 register themselves when imported and then run end to end on the in-process engine
 through the normal config, with no edit anywhere else. Every list of names is the
 registry's, and no module outside the registries compares such a name with a string.
-The toy baseline is the worked example of docs/architecture.md.
+The toy baseline is the worked example of docs/extending.md.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def test_the_registries_are_the_config_s_lists():
         parse_config({"algorithm": "farthest-first", "k": "auto"})
 
 
-def test_the_architecture_page_s_baseline_example_is_the_toy_file():
-    """docs/architecture.md quotes tests/toy_algorithm.py verbatim (its worked example)."""
-    page = (ROOT / "docs" / "architecture.md").read_text()
+def test_the_extending_page_s_baseline_example_is_the_toy_file():
+    """docs/extending.md quotes tests/toy_algorithm.py verbatim (its worked example)."""
+    page = (ROOT / "docs" / "extending.md").read_text()
     section = page.split("## Adding a baseline", 1)[1]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert block.strip() and block in (ROOT / "tests" / "toy_algorithm.py").read_text()

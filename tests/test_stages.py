@@ -1,6 +1,6 @@
 """Protocol stages: the registry, and a new stage added by defining it in one place.
 
-The toy stage below is the worked example of docs/architecture.md: each client sends
+The toy stage below is the worked example of docs/extending.md: each client sends
 its points' total squared norm; nothing else in the code base is touched. The real
 ClientApp serves it (it subscribes to the registry), the real pool folds it with the
 server clip, the planned release gets its sensitivity from the generic bounds and its
@@ -123,11 +123,11 @@ def test_a_second_stage_under_a_taken_name_is_refused():
         register(Stage("energy", "other", (ENERGY,), client=TOY.client, server=total_energy))
 
 
-def test_the_worked_example_of_the_architecture_page_is_this_file():
-    """docs/architecture.md quotes the toy stage above verbatim (its worked example)."""
+def test_the_worked_example_of_the_extending_page_is_this_file():
+    """docs/extending.md quotes the toy stage above verbatim (its worked example)."""
     from pathlib import Path
 
-    page = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    page = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
     block = page.split("<!-- tested-by: tests/test_stages.py -->\n```python\n", 1)[1]
     block = block.split("```", 1)[0]
     assert "TOY = register(Stage(" in block

@@ -1,4 +1,4 @@
-"""A toy baseline in one file: the worked example of docs/architecture.md.
+"""A toy baseline in one file: the worked example of docs/extending.md.
 
 ``algorithm=farthest-first`` starts from k server points chosen farthest-first (public
 data only, no budget), then runs the FedDP-Lloyds steps like every baseline. Importing
