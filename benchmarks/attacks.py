@@ -243,7 +243,7 @@ def write(runs: dict, curves: dict, reuse: dict | None, audit_rows: list[dict]) 
         "client's reply, or under SecAgg+ the noisy sums it receives). 'SecAgg DP' = "
         "`privacy.aggregation=secagg`: clients add Gaussian noise shares, 10 nodes are "
         "summed with Flower's SecAgg+ (in-process engine; the Flower-simulation run is "
-        "`tests/test_secagg.py::test_curious_server_attacks_are_at_chance_under_secagg_"
+        "`tests/harness/test_secagg.py::test_curious_server_attacks_are_at_chance_under_secagg_"
         "in_the_flower_simulation`). Chance: AUC 0.5; mean |cos| of a random direction in "
         "d=100 is 0.080. Under (1, 1e-6)-DP no test can exceed AUC 0.731.",
         "",
@@ -275,7 +275,7 @@ def write(runs: dict, curves: dict, reuse: dict | None, audit_rows: list[dict]) 
         lines += [
             "",
             "Threat model 3 (malicious clients) is not attacked here: server-side clipping "
-            "bounds a poisoned reply (tests/test_release.py).",
+            "bounds a poisoned reply (tests/library/test_release.py).",
             "",
         ]
     if curves:

@@ -14,7 +14,7 @@ the two ``release.json`` files are compared byte for byte (their SHA-256).
 
 SecAgg+ noise shares are drawn by the ClientApp from the OS CSPRNG whatever the config
 (docs/secagg.md), so the SecAgg+ configurations seed them in the benchmark's process
-(:data:`SEEDED_SHARES`, as ``tests/test_secagg.py`` does; the in-process engine runs
+(:data:`SEEDED_SHARES`, as ``tests/harness/test_secagg.py`` does; the in-process engine runs
 the nodes there), and one control keeps the CSPRNG shares: it must differ, which shows
 the comparison can fail.
 
@@ -100,7 +100,7 @@ CONFIGS: dict[str, tuple[str, dict[str, object]]] = {
                               "(expected to differ)", SECAGG),
 }
 #: Configurations whose SecAgg+ noise shares the benchmark seeds, as
-#: ``tests/test_secagg.py`` does: the ClientApp draws them from the OS CSPRNG whatever
+#: ``tests/harness/test_secagg.py`` does: the ClientApp draws them from the OS CSPRNG whatever
 #: the config (docs/secagg.md), so no SecAgg run is reproducible without this. The
 #: in-process engine runs the nodes in this process, where the patch applies.
 SEEDED_SHARES = ("secagg-datapoint", "secagg-client")
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         "tree's (each in its own interpreter, `PYTHONPATH` at that tree), and the two "
         "`release.json` files compared byte for byte (SHA-256 of the file). Stripped "
         f"before comparing: {stripped}. The SecAgg+ rows seed the nodes' noise shares "
-        "in the benchmark (as `tests/test_secagg.py` does): the ClientApp draws them "
+        "in the benchmark (as `tests/harness/test_secagg.py` does): the ClientApp draws them "
         "from the OS CSPRNG whatever the config (docs/secagg.md), so two runs of the "
         "same code differ, which the control row shows. " + summary
     ), rows)

@@ -56,7 +56,7 @@ def experiment(aggregation: str, out: Path) -> list[str]:
 
 def flwr_stream(aggregation: str, tmp: Path) -> list[str]:
     """``flwr run --stream`` on 20 SuperNodes, one client each; its console lines."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "harness")]
     from test_console import _write  # the console tests' federation
 
     data, out, home = tmp / "fed.npz", tmp / f"out-{aggregation}", tmp / f"home-{aggregation}"

@@ -11,7 +11,7 @@ Each key is one field: its documentation (the ``#:`` comment), its default and i
 rules (:func:`fedkmeans.schema.key`), checked in declaration order by :func:`validate`.
 These dataclasses are the one source of defaults: the Hydra base config is generated
 from them (:mod:`fedkmeans.conf`) and ``[tool.flwr.app.config]`` in ``pyproject.toml``
-mirrors it (``tests/test_config.py`` keeps the two in step). A new key is a field here
+mirrors it (``tests/harness/test_config.py`` keeps the two in step). A new key is a field here
 and a line there.
 """
 

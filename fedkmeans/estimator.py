@@ -46,7 +46,7 @@ from fedkmeans.estimator_inputs import client_ids, features, server_features
 __all__ = ["CHECKS_THAT_CANNOT_APPLY", "FedDPKMeans"]
 
 #: What of scikit-learn's estimator checks cannot apply as they stand, and how the tests
-#: (``tests/test_estimator.py``) run them instead.
+#: (``tests/harness/test_estimator.py``) run them instead.
 CHECKS_THAT_CANNOT_APPLY = {
     "fit(X) without X_server": "every generic check fits on X alone; the estimator needs "
         "the server's public data, so the tests give it the checks' own synthetic rows "

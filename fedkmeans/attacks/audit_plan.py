@@ -28,7 +28,7 @@ Two uses:
   true sensitivity keeps its recorded epsilon at the target but spends more: the
   estimate round's sensitivity recorded at half (``sqrt(3) / 2`` at data-point level,
   its noise calibrated to it) fails its sensitivity row and its plans' budget rows
-  (``tests/test_audit_planted.py``).
+  (``tests/harness/test_audit_planted.py``).
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ calibrate_dp_mechanism`` has its own bracketing and stopping rule, and no
 coarse-search-then-verify step at two discretisations. ``scipy.optimize.brentq`` on the
 same ``g`` (bracket stepped out from ``log c = 0``, ``xtol=1e-3``) was measured: its
 scales also pass the fine-PLD check, but they differ from these by up to 0.29 % on the
-plans of ``tests/test_calibration.py`` (never bit-equal) and by 0.14 % on the
+plans of ``tests/library/test_calibration.py`` (never bit-equal) and by 0.14 % on the
 acceptance configs, where the released centers move by up to 2.4e-4 (datapoint level)
 and 1.6e-4 (client level, 200 clients x 50 points) with ``privacy.reproducible-noise``.
 It also needs 6-8 PLD evaluations where this search needs 2-5. The accountant the search
-queries is dp_accounting's PLD; ``tests/test_calibration.py`` pins the resulting scales.
+queries is dp_accounting's PLD; ``tests/library/test_calibration.py`` pins the resulting scales.
 """
 
 from __future__ import annotations

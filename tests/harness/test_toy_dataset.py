@@ -76,8 +76,8 @@ def test_the_toy_data_set_runs_end_to_end_in_process(tmp_path, privacy):
 
 def test_the_extending_page_s_data_set_example_is_this_file():
     """docs/extending.md quotes this file verbatim (its data-set worked example)."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
-    block = page.split("<!-- tested-by: tests/test_toy_dataset.py -->\n```python\n", 1)[1]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+    block = page.split("<!-- tested-by: tests/harness/test_toy_dataset.py -->\n```python\n", 1)[1]
     assert block.split("```", 1)[0] in Path(__file__).read_text()
 
 

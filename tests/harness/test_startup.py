@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("pandas", "pyarrow", "ray", "flwr_datasets")
 ACCOUNTING = ("dp_accounting", "scipy.signal", "scipy.stats", "sklearn")
 

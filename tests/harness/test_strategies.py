@@ -265,7 +265,7 @@ def test_the_curious_wrapper_observes_without_changing_the_run_or_its_release(tm
 def test_under_secagg_the_mounted_nodes_give_the_experiment_s_bits(monkeypatch, tmp_path):
     """The SecAgg+ ``train`` handler of the mount gives the bundled ClientApp's bits.
 
-    The shares are seeded here alone (as tests/test_secagg.py does), so both paths'
+    The shares are seeded here alone (as tests/harness/test_secagg.py does), so both paths'
     noise can be compared bit for bit.
     """
     from fedkmeans.node import NodeData

@@ -127,8 +127,8 @@ def test_the_worked_example_of_the_extending_page_is_this_file():
     """docs/extending.md quotes the toy stage above verbatim (its worked example)."""
     from pathlib import Path
 
-    page = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
-    block = page.split("<!-- tested-by: tests/test_stages.py -->\n```python\n", 1)[1]
+    page = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
+    block = page.split("<!-- tested-by: tests/harness/test_stages.py -->\n```python\n", 1)[1]
     block = block.split("```", 1)[0]
     assert "TOY = register(Stage(" in block
     assert block in Path(__file__).read_text()

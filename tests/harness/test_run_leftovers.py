@@ -163,7 +163,7 @@ def test_flwr_run_with_a_nan_fails_in_one_line_and_leaves_no_directory(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stop_command(port: str) -> str:

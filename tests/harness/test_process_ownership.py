@@ -23,7 +23,7 @@ from fedkmeans.experiment.engines.flower import process_alive, stop_all
 
 pytestmark = pytest.mark.flower
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 SMALL = [
     "data.dim=8", "data.components=4", "k=4", "data.num-clients=12",
     "data.points-per-client=40", "data.server-points-per-component=10",

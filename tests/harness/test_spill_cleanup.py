@@ -4,7 +4,7 @@ A process's own spill (in-process engine, plain ``flwr run``) goes to files with
 name: each test watches them through ``/proc/<pid>/fd`` while the run holds them
 (``#<inode> (deleted)`` in the private TMPDIR), checks their mode, ends the run
 (normally, or with SIGKILL) and finds the TMPDIR empty. A shared shard directory (the
-flower engine's) is written 0700/0600 (here and in tests/test_process_ownership.py).
+flower engine's) is written 0700/0600 (here and in tests/harness/test_process_ownership.py).
 """
 
 import os
@@ -23,7 +23,7 @@ import pytest
 from fedkmeans.config import parse_config
 from fedkmeans.node import NodeData
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 CONFIG = {"data.num-clients": 12, "data.points-per-client": 15, "data.dim": 5,
           "data.components": 3, "k": 3, "privacy.data-radius": 3.5}
 #: An in-process run whose nodes spill (a cache of 100 bytes), long enough to watch.

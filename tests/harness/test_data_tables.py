@@ -397,7 +397,7 @@ SAME_AS_ROW = {"server-file-non-numeric"}
 
 def _error_table() -> dict[str, str]:
     """docs/own-data.md's error table: problem -> message (after ``data file PATH: ``)."""
-    text = (Path(__file__).parents[1] / "docs" / "own-data.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "own-data.md").read_text()
     table = text.split("## The errors", 1)[1].split("\n\n| problem |", 1)[1]
     rows = {}
     for line in table.split("\n\n", 1)[0].splitlines()[2:]:
@@ -423,7 +423,7 @@ def test_a_missing_data_path_is_refused_as_the_docs_say(tmp_path):
     assert str(info.value) == (
         "config key 'data.path' must name an existing data file (.csv, .tsv, .parquet or "
         f"{'.npz'}), got '{tmp_path / 'mine.csv'}' (resolved to {tmp_path / 'mine.csv'})")
-    text = " ".join((Path(__file__).parents[1] / "docs" / "own-data.md").read_text().split())
+    text = " ".join((Path(__file__).parents[2] / "docs" / "own-data.md").read_text().split())
     assert ("`config key 'data.path' must name an existing data file (.csv, .tsv, .parquet or "
             ".npz), got 'mine.csv' (resolved to /abs/mine.csv)`") in text
 
@@ -502,7 +502,7 @@ def test_a_data_file_on_the_flower_engine(tmp_path, fmt, with_client, partitione
 
 # ---- docs/own-data.md: its code blocks run as written --------------------------------
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "own-data.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "own-data.md"
 
 
 def _blocks(language: str) -> list[str]:

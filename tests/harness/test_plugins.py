@@ -1,7 +1,7 @@
 """Algorithms, attacks and engines are plug-ins: one file each, found by registration.
 
-A toy baseline (``tests/toy_algorithm.py``) and a toy attack (``tests/toy_attack.py``)
-register themselves when imported and then run end to end on the in-process engine
+A toy baseline (``tests/harness/toy_algorithm.py``) and a toy attack
+(``tests/harness/toy_attack.py``) register themselves when imported and then run end to end on the in-process engine
 through the normal config, with no edit anywhere else. Every list of names is the
 registry's, and no module outside the registries compares such a name with a string.
 The toy baseline is the worked example of docs/extending.md.
@@ -23,7 +23,7 @@ from fedkmeans.experiment import run
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.server.observer import Attack, register_attack
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["data.num-clients=8", "data.points-per-client=60", "data.dim=6",
          "data.components=3", "k=3", "data.server-points-per-component=10",
          "data.server-uniform-points=5", "privacy.reproducible-noise=true",
@@ -78,11 +78,11 @@ def test_the_registries_are_the_config_s_lists():
 
 
 def test_the_extending_page_s_baseline_example_is_the_toy_file():
-    """docs/extending.md quotes tests/toy_algorithm.py verbatim (its worked example)."""
+    """docs/extending.md quotes tests/harness/toy_algorithm.py verbatim (its worked example)."""
     page = (ROOT / "docs" / "extending.md").read_text()
     section = page.split("## A baseline", 1)[1]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
-    assert block.strip() and block in (ROOT / "tests" / "toy_algorithm.py").read_text()
+    assert block.strip() and block in (ROOT / "tests" / "harness" / "toy_algorithm.py").read_text()
 
 
 def test_the_docs_list_every_built_in_algorithm_and_attack():

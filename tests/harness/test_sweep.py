@@ -15,7 +15,7 @@ from conftest import SMALL
 from fedkmeans.config import config_keys, idle_keys, parse_config
 from fedkmeans.experiment.sweep import append_row, columns, count_jobs, eta_seconds, read_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sweep(

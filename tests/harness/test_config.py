@@ -20,7 +20,7 @@ from fedkmeans.config import (
 from fedkmeans.data import catalog
 from fedkmeans.experiment.cli import flatten
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "fedkmeans" / "conf"
 GROUPS = ("dataset", "algorithm", "privacy", "federation", "attack", "tuning")
 

@@ -101,7 +101,7 @@ def test_flwr_run_s_server_app_refuses_a_value_away_from_its_default_before_any_
 
 def test_pyproject_s_run_config_mirror_reads_every_key_it_sets():
     """flwr run passes the whole mirror: none of its values may count as set by the user."""
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     table = tomllib.loads(pyproject.read_text())["tool"]["flwr"]["app"]["config"]
 
     def flat(node, prefix=""):

@@ -24,7 +24,7 @@ from fedkmeans.experiment.engines.flower import flower_env, processes_with_env, 
 from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "user-app"
 SERVER, CLIENT = APP / "kmeans_app" / "server_app.py", APP / "kmeans_app" / "client_app.py"
 MODES = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
