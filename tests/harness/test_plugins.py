@@ -2,8 +2,9 @@
 
 A toy baseline (``tests/harness/toy_algorithm.py``) and a toy attack
 (``tests/harness/toy_attack.py``) register themselves when imported and then run end to
-end on the in-process engine through the normal config, with no edit anywhere else. Every list of names is the
-registry's, and no module outside the registries compares such a name with a string.
+end on the in-process engine through the normal config, with no edit anywhere else.
+Every list of names is the registry's, and no module outside the registries compares
+such a name with a string.
 The toy baseline is the worked example of docs/extending.md.
 """
 
