@@ -71,3 +71,19 @@ def test_the_architecture_page_is_an_overview():
     lines = (ROOT / "docs" / "architecture.md").read_text().splitlines()
     assert len(lines) <= 200
     assert max(map(len, lines)) <= 200
+
+
+def test_the_library_tests_import_nothing_of_the_harness():
+    """tests/library changes with the library alone: no file there imports a harness module."""
+    harness = set(_sides()["harness"])
+    found = {}
+    for path in sorted((ROOT / "tests" / "library").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{alias.name}" for alias in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "fedkmeans" and len(parts) > 1 and parts[1] in harness:
+                    found.setdefault(path.name, []).append(name)
+    assert found == {}
