@@ -4,8 +4,8 @@ Each import runs in a fresh interpreter, with this checkout first on the path, a
 prints which of the heavy packages it loaded. The table readers and partitioners
 (pandas, pyarrow, Flower Datasets) load when a file is read, Ray with the flower
 engine, dp_accounting (scipy.signal, scipy.stats) when a ledger is accounted, and
-scikit-learn when k-means runs (without the pandas it would load:
-``fedkmeans.clustering.scikit``). ``benchmarks/startup.py``
+scikit-learn (with the pandas it loads) only when a k-means that uses it runs
+(``fedkmeans.clustering.scikit``). ``benchmarks/startup.py``
 measures what this saves (docs/results/startup.md).
 """
 
@@ -93,19 +93,16 @@ def test_the_deferred_accounting_builds_the_same_events_and_plds(name):
     assert np.isfinite(built.get_epsilon_for_delta(1e-6))
 
 
-def test_a_run_that_reads_no_table_loads_no_pandas(tmp_path):
-    # scikit-learn imports pandas when it is installed; k-means loads it without
-    # (fedkmeans.clustering.scikit), so a generated data set's run never loads it.
-    run = ("from fedkmeans.experiment import run; run(['optimal-cost=skip', "
+def test_a_run_that_reads_no_table_loads_neither_pandas_nor_scikit_learn(tmp_path):
+    # scikit-learn imports pandas when it is installed, so a run whose k-means, isotonic
+    # fit and mutual information need no scikit-learn (the default run's) loads neither
+    # (fedkmeans.clustering.scikit); the control: its optimal cost is scikit-learn's.
+    run = ("from fedkmeans.experiment import run; run([{skip}"
            "'data.num-clients=6', 'data.points-per-client=30', 'privacy.epsilon=3', "
-           f"'output-dir={tmp_path / 'run'}'])")
-    assert loaded_after(run, TABLES + ("sklearn",)) == ["sklearn"]
-
-
-def test_pandas_still_loads_after_scikit_learn_did_without_it():
-    statement = ("from fedkmeans.clustering.scikit import load_sklearn; load_sklearn(); "
-                 "import sklearn.cluster, pandas; assert pandas.DataFrame")
-    assert loaded_after(statement, ("pandas", "sklearn")) == ["pandas", "sklearn"]
+           f"'output-dir={tmp_path / 'run'}{{name}}'])")
+    assert loaded_after(run.format(skip="'optimal-cost=skip', ", name=1),
+                        TABLES + ("sklearn",)) == []
+    assert loaded_after(run.format(skip="", name=2), ("sklearn",)) == ["sklearn"]
 
 
 def test_import_experiment_loads_neither_the_server_nor_flower():

@@ -78,6 +78,9 @@ class ServerContext:
     expected_rounds: int = 0
     #: Log a progress line per round (the tuning's simulated runs do not).
     progress: bool = True
+    #: Log the run's warnings (:meth:`warn_once`); the tuning's simulated runs do not:
+    #: a candidate's fallback is not the run's.
+    warnings: bool = True
     #: The k chosen by the algorithm with ``k = auto`` (:meth:`choose_k`), else None.
     chosen_k: int | None = None
     #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
@@ -93,9 +96,12 @@ class ServerContext:
     _done: int = field(default=0, repr=False)
 
     def warn_once(self, key: str) -> Callable[[str], None]:
-        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run."""
+        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run.
+
+        Nothing is logged when the context does not log :attr:`warnings`.
+        """
         def warn(message: str) -> None:
-            if key not in self.warned:
+            if self.warnings and key not in self.warned:
                 self.warned.add(key)
                 LOG.warning(message)
         return warn
