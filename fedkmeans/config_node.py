@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import ExperimentConfig, PrivacyConfig, _coerce
+from fedkmeans.config import ExperimentConfig, PrivacySettings, _coerce
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -67,7 +67,7 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     config = ExperimentConfig(
         algorithm=str(settings["algorithm"]),
         seed=_coerce("seed", settings.get("seed", default.seed), default.seed),
-        privacy=PrivacyConfig(**privacy))
+        privacy=PrivacySettings(**privacy))
     if config.algorithm not in ALGORITHMS.names():
         raise ConfigError(f"config key 'algorithm' must be one of {list(ALGORITHMS.names())}, "
                           f"got {config.algorithm!r}")

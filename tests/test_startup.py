@@ -110,3 +110,31 @@ def test_import_experiment_loads_neither_the_server_nor_flower():
     # the server's context, its pool and flwr.app (0.44 s) stay unloaded.
     watched = ("flwr.app", "fedkmeans.server.context", "fedkmeans.algorithms")
     assert loaded_after("import fedkmeans.experiment", watched) == []
+
+
+#: The honest default run, small: what the command line and ``experiment.run`` are given.
+HONEST = ["optimal-cost=skip", "data.num-clients=6", "data.points-per-client=30",
+          "privacy.epsilon=3"]
+
+
+def test_the_honest_run_imports_nothing_of_the_attack_suite(tmp_path):
+    """``server_app``'s promise, from the command line (``-X importtime`` lists every
+    module the process imported) and through the Python API; the control: composing
+    ``attack=curious`` loads it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedkmeans.experiment", *HONEST,
+         f"output-dir={tmp_path / 'cli'}"],
+        env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "fedkmeans.runner" in imported  # the probe sees the run's modules
+    assert not {m for m in imported if m.startswith("fedkmeans.attacks")}
+    # any module of the suite imports the package first
+    overrides = [*HONEST, "output-dir=" + str(tmp_path / "api")]
+    run = f"from fedkmeans.experiment import run; run({overrides!r})"
+    assert loaded_after(run, ("fedkmeans.attacks",)) == []
+    compose = "from fedkmeans.experiment import compose_flat; compose_flat(['attack=curious'])"
+    assert loaded_after(compose, ("fedkmeans.attacks",)) == ["fedkmeans.attacks"]

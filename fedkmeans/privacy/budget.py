@@ -134,7 +134,7 @@ _CLIP_LIPSCHITZ = {"l2": (1.0, 1.0), "l1_nonnegative": (2.0, math.sqrt(2.0))}
 
 
 class PrivacySettings(Protocol):
-    """What the bounds read of the privacy settings (:class:`fedkmeans.config.PrivacyConfig`)."""
+    """What the bounds read of the privacy settings (:class:`fedkmeans.config.PrivacySettings`)."""
 
     level: str
     max_points_per_client: int | str
