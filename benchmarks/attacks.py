@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import fedkmeans.attacks as attacks_pkg
-from fedkmeans.attacks.curious import CuriousServer
+from fedkmeans.attacks.curious import CuriousObserver
 from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
 from fedkmeans.attacks.scoring import cosine_similarity
 from fedkmeans.config import parse_config
@@ -164,10 +164,10 @@ def seed_reuse(tmp: Path) -> dict:
     with_path = save_npz(tmp / "with.npz", x=x, client=client, server_x=server_x)
     without_path = save_npz(tmp / "without.npz", x=x[1:], client=client[1:], server_x=server_x)
 
-    seen: list[CuriousServer] = []
+    seen: list[CuriousObserver] = []
 
     def capture(cfg):
-        server = CuriousServer(cfg)
+        server = CuriousObserver(cfg)
         seen.append(server)
         return server
 

@@ -5,7 +5,7 @@
 For every combination of level, target epsilon, Lloyd steps T, client sampling,
 count noise and aggregation, the release plan is calibrated and recorded exactly as a
 run records it (:func:`fedkmeans.privacy.calibration.calibrate`,
-:class:`fedkmeans.privacy.accountant.PrivacyAccountant`), and the ledger's epsilon
+:class:`fedkmeans.privacy.accountant.PrivacyLedger`), and the ledger's epsilon
 is compared with :func:`fedkmeans.attacks.ledger_check.recompute_epsilon`, which
 builds the PLDs directly. Written to docs/results/ledger_check.{csv,md}.
 """
@@ -20,7 +20,7 @@ from results_table import write_tables
 from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.ledger_check import recompute_epsilon
 from fedkmeans.config import parse_config
-from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.privacy.accountant import PrivacyLedger
 from fedkmeans.privacy.calibration import calibrate
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -39,7 +39,7 @@ def main() -> None:
             "privacy.sampling-rate": q, "privacy.count-noise": counts,
             "privacy.aggregation": aggregation, "federation.num-nodes": 2,
         })
-        accountant = PrivacyAccountant()
+        accountant = PrivacyLedger()
         for release in calibrate(release_plan(config.algorithm, config.privacy),
                                  epsilon=epsilon, delta=config.privacy.delta):
             accountant.record(release)

@@ -74,9 +74,6 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    from fedkmeans.clustering.scikit import load_sklearn
-
-    load_sklearn()
     from sklearn.cluster import KMeans
 
     rows = []

@@ -8,13 +8,13 @@ current directory outside it, so that tree's ``fedkmeans`` is the one imported:
 
 - ``python -c pass`` (the interpreter and its ``site``, for reference),
 - ``python -c "import fedkmeans"``,
-- ``python -c "import fedkmeans.experiment"``,
+- ``python -c "import fedkmeans.experiment.cli"``,
 - ``python -c "import fedkmeans.client_app"`` (what every Flower actor or SuperNode
   imports before it answers),
 - ``python -m fedkmeans.experiment optimal-cost=skip output-dir=<fresh dir>`` (the
   default in-process run, without the non-private reference cost).
 
-It also runs ``python -X importtime -c "import fedkmeans.experiment"`` ``--runs`` times
+It also runs ``python -X importtime -c "import fedkmeans.experiment.cli"`` ``--runs`` times
 and keeps, per module, the median of its cumulative import time: the 15 largest are
 the table. With ``--base`` (a checkout of an earlier commit, e.g. ``git worktree add
 /tmp/startup-base <commit>``) the same is measured for that tree too, alternating run
@@ -46,7 +46,7 @@ IMPORT_RE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 COMMANDS = {
     "python -c pass": ["-c", "pass"],
     "import fedkmeans": ["-c", "import fedkmeans"],
-    "import fedkmeans.experiment": ["-c", "import fedkmeans.experiment"],
+    "import fedkmeans.experiment.cli": ["-c", "import fedkmeans.experiment.cli"],
     "import fedkmeans.client_app": ["-c", "import fedkmeans.client_app"],
     "default run (optimal-cost=skip)": ["-m", "fedkmeans.experiment", "optimal-cost=skip"],
 }
@@ -106,7 +106,8 @@ def measure(trees: dict[str, Path], runs: int, run_runs: int, work: Path) -> tup
     profiles = {label: {} for label in trees}
     for _ in range(runs):
         for label, tree in trees.items():
-            stderr = timed(["-X", "importtime", "-c", "import fedkmeans.experiment"], tree, work)[1]
+            command = ["-X", "importtime", "-c", "import fedkmeans.experiment.cli"]
+            stderr = timed(command, tree, work)[1]
             for module, us in cumulative_import_us(stderr).items():
                 profiles[label].setdefault(module, []).append(us)
     medians = {
@@ -168,7 +169,7 @@ def main() -> None:
         for r in rows
     ]
     for label, median_us in medians.items():
-        lines += ["", f"`python -X importtime -c \"import fedkmeans.experiment\"`, *{label}*: "
+        lines += ["", f"`python -X importtime -c \"import fedkmeans.experiment.cli\"`, *{label}*: "
                   f"the {TOP} largest cumulative import times (median of {args.runs} runs).", ""]
         lines += profile_table(median_us)
     (OUT / "startup.md").write_text("\n".join(lines) + "\n")

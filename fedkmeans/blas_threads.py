@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from functools import cache
+from typing import NamedTuple
 
 from threadpoolctl import ThreadpoolController
 
@@ -30,16 +32,26 @@ __all__ = ["block_product_threads", "one_blas_thread", "running_alone"]
 
 #: True while the in-process Grid runs a node's request (no other node runs then).
 _ALONE: ContextVar[bool] = ContextVar("fedkmeans_node_runs_alone", default=False)
-#: [controller, the BLAS threads the process had before any limit]
-_BLAS: list = []
+
+
+class _ProcessBlas(NamedTuple):
+    """The process's BLAS runtimes, found once: their controller and own thread count."""
+
+    controller: ThreadpoolController
+    #: The BLAS threads the process had before any limit of ours.
+    threads: int
+
+
+@cache
+def _process_blas() -> _ProcessBlas:
+    """Finds the libraries once per process, before any limit of ours."""
+    controller = ThreadpoolController()
+    threads = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
+    return _ProcessBlas(controller, max(threads, default=1))
 
 
 def _controller() -> ThreadpoolController:
-    if not _BLAS:  # finds the libraries once per process, before any limit of ours
-        controller = ThreadpoolController()
-        threads = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
-        _BLAS.extend([controller, max(threads, default=1)])
-    return _BLAS[0]
+    return _process_blas().controller
 
 
 def one_blas_thread():
@@ -55,8 +67,8 @@ def block_product_threads():
     """
     if not _ALONE.get():
         return nullcontext()
-    controller = _controller()
-    return controller.limit(limits=_BLAS[1], user_api="blas")
+    blas = _process_blas()
+    return blas.controller.limit(limits=blas.threads, user_api="blas")
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,20 @@ app = ClientApp()
 #: them). Cleared when the run config changes; what they hold in memory is bounded by
 #: federation.node-cache-mb (beyond it, nodes are spilled to files).
 _NODES: OrderedDict[tuple, NodeData] = OrderedDict()
-_RUN_KEY: list[tuple] = []
+
+
+@dataclass
+class _CurrentRun:
+    """What this process knows of the run its nodes serve (one per process)."""
+
+    #: The run config's data keys (a change is a new run), None before the first request.
+    data_key: tuple | None = None
+    #: The last request's memory budget (:func:`cache_budget`), for
+    #: :func:`keep_within_budget` after its computation; None: no request since a reset.
+    budget: int | None = None
+
+
+_CURRENT = _CurrentRun()
 #: Environment variable naming a directory every process of a run shares for spilled
 #: nodes (set by the flower engine; its temporary directory, removed after the run).
 #: Without it a process spills to files that have no name (fedkmeans.spill_files),
@@ -116,10 +130,10 @@ def node_data(context: Context, settings: dict | None = None, *,
     data_path = str(node_config.get("data-path", ""))
     run_config = context.run_config
     data_key = tuple(sorted((k, v) for k, v in run_config.items() if k not in CLIENT_SETTINGS))
-    if _RUN_KEY != [data_key]:  # a new run: forget the previous run's data
+    if _CURRENT.data_key != data_key:  # a new run: forget the previous run's data
         _forget_loaded()
         forget_clipping_warning()
-        _RUN_KEY[:] = [data_key]
+        _CURRENT.data_key = data_key
     key = (partition_id, num_partitions, data_path)
     config = with_client_settings(from_run_config(run_config), settings)
     transform = PublicTransform.from_settings(settings)
@@ -152,17 +166,12 @@ def node_data(context: Context, settings: dict | None = None, *,
         node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn,
                              clip=clip, transform=transform)
     budget = cache_budget(config.federation.node_cache_mb, config.federation.engine)
-    _BUDGET[:] = [budget]
+    _CURRENT.budget = budget
     if _NODES.get(key) is not node:
         _NODES[key] = node
         _NODES.move_to_end(key)
         _bound(data_key, key, budget, shared)
     return node
-
-
-#: The last request's memory budget (:func:`cache_budget`), for
-#: :func:`keep_within_budget` after its computation.
-_BUDGET: list[int] = []
 
 
 def keep_within_budget() -> None:
@@ -173,9 +182,9 @@ def keep_within_budget() -> None:
     recently used nodes go first, the current node's last, so the bound holds however
     large one node is (its points are spilled as before).
     """
-    if not _BUDGET or not any(len(n.reusable) for n in _NODES.values()):
+    budget = _CURRENT.budget
+    if budget is None or not any(len(n.reusable) for n in _NODES.values()):
         return  # nothing that could be dropped (and no node's bytes to add up)
-    budget = _BUDGET[0]
     held = sum(n.nbytes for n in _NODES.values())
     for node in list(_NODES.values()):  # least recently used first; the current last
         if held <= budget:
@@ -215,20 +224,20 @@ def _forget_loaded() -> None:
     for node in _NODES.values():
         node.close()
     _NODES.clear()
-    _BUDGET.clear()
+    _CURRENT.budget = None
 
 
 def forget_clipping_warning() -> None:
     """Let the next node that clips warn again (one warning per run and process)."""
-    from fedkmeans import node
+    from fedkmeans.node import CLIP_WARNINGS
 
-    node._CLIP_WARNED.clear()
+    CLIP_WARNINGS.forget()
 
 
 def forget_nodes() -> None:
     """Drop the loaded nodes of this process (the in-process engine, after its run)."""
     _forget_loaded()
-    _RUN_KEY.clear()
+    _CURRENT.data_key = None
 
 
 

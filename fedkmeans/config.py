@@ -47,7 +47,7 @@ from fedkmeans.schema import (
 )
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
-           "FederationConfig", "IDLE_RULES", "PrivacyConfig", "check_no_idle_keys",
+           "FederationConfig", "IDLE_RULES", "PrivacySettings", "check_no_idle_keys",
            "check_server_points", "config_keys", "from_run_config", "idle_keys", "nested_config",
            "parse_config", "settle_idle_keys", "to_run_config", "validate"]
 
@@ -172,7 +172,7 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class PrivacyConfig:
+class PrivacySettings:
     """Privacy unit, budget, its split over the releases, and clipping bounds.
 
     Every setting whose default is ``auto`` (:data:`AUTO_KEYS`) is then chosen by
@@ -432,7 +432,7 @@ class ExperimentConfig:
     #: ``result.json`` under ``attack``.
     attack: str = key("none", Dependent(lambda c: registered(ATTACKS, "none", c.attack)))
     data: DataConfig = DataConfig()
-    privacy: PrivacyConfig = PrivacyConfig()
+    privacy: PrivacySettings = PrivacySettings()
     federation: FederationConfig = FederationConfig()
 
     @property
@@ -474,8 +474,8 @@ class ExperimentConfig:
                                    scale=self.data.scale)
 
 
-_SECTIONS = {"data": DataConfig, "privacy": PrivacyConfig, "federation": FederationConfig}
-_PRIVACY = fields(PrivacyConfig)
+_SECTIONS = {"data": DataConfig, "privacy": PrivacySettings, "federation": FederationConfig}
+_PRIVACY = fields(PrivacySettings)
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
 #: (``count_noise``'s ``auto`` is fixed by the level, not estimated: ``count_mechanism``.)
 AUTO_KEYS = tuple(f.name for f in _PRIVACY if f.default == AUTO

@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacyConfig, _coerce, _items
+from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacySettings, _coerce, _items
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -68,7 +68,7 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     config = ExperimentConfig(
         algorithm=str(settings["algorithm"]),
         seed=_coerce("seed", settings.get("seed", default.seed), default.seed),
-        privacy=PrivacyConfig(**privacy))
+        privacy=PrivacySettings(**privacy))
     if config.algorithm not in ALGORITHMS.names():
         raise ConfigError(f"config key 'algorithm' must be one of {list(ALGORITHMS.names())}, "
                           f"got {config.algorithm!r}")

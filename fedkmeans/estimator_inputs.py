@@ -20,7 +20,8 @@ would then live in different spaces.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.validation import _get_feature_names, check_array, validate_data
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_array, validate_data
 
 __all__ = ["client_ids", "features", "server_features"]
 
@@ -75,7 +76,7 @@ def server_features(data, what: str, names_x) -> np.ndarray:
         Columns that differ from ``X``'s by name, or a frame beside an ``X`` without
         names (module docstring); not numeric, NaN or infinite, naming the column.
     """
-    names_q = _get_feature_names(data)
+    names_q = _column_names(data)
     if names_q is not None and names_x is None:
         raise ValueError(
             f"{what} has column names but X has none: give both as frames with the same "
@@ -98,6 +99,17 @@ def server_features(data, what: str, names_x) -> np.ndarray:
         raise ValueError(_safe(str(exc), what)) from None
     _finite(x, what, None if names_x is None else list(names_x))
     return x
+
+
+def _column_names(data):
+    """The column names scikit-learn reads from ``data`` (a frame of string names), or None.
+
+    What ``validate_data(..., reset=True)`` records as ``feature_names_in_``, read on a
+    throwaway estimator so that ``data`` is neither converted nor checked here.
+    """
+    reader = BaseEstimator()
+    validate_data(reader, data, skip_check_array=True, ensure_2d=False, reset=True)
+    return getattr(reader, "feature_names_in_", None)
 
 
 def client_ids(groups, n: int) -> np.ndarray:

@@ -10,15 +10,15 @@ The label-based scores (:func:`hungarian_accuracy`,
 contingency table, so a federated evaluation can have each client compute
 :func:`contingency` locally and sum the tables before scoring.
 
-Distances come from the package's one kernel, :mod:`fedkmeans.clustering.distances`,
-and scikit-learn computes the mutual information. Both (and ``scipy.stats``,
-``scipy.optimize``) are imported inside the functions that use them: importing
-:mod:`sklearn.metrics` loads scikit-learn (and pandas), which a process that only
-needs the other scores (the vertical app, a node) does not otherwise pay for.
+Distances come from the package's one kernel, :mod:`fedkmeans.clustering.distances`;
+the mutual information is scikit-learn's formula in NumPy (:func:`_mutual_info`), so
+no run imports scikit-learn (and the pandas it loads) to score itself. ``scipy.stats``
+and ``scipy.optimize`` are imported inside the functions that use them.
 """
 
 from __future__ import annotations
 
+import math
 from math import isqrt
 
 import numpy as np
@@ -296,7 +296,8 @@ def fowlkes_mallows_index(table: np.ndarray) -> float:
 def normalized_mutual_info(table: np.ndarray) -> float:
     """Normalized mutual information (arithmetic mean) from a contingency table.
 
-    ``sklearn.metrics.mutual_info_score`` on the table, divided by the mean of the
+    The mutual information of the table (:func:`_mutual_info`, the value of
+    ``sklearn.metrics.mutual_info_score`` on it), divided by the mean of the
     entropies of its margins (``scipy.stats.entropy``): the value of
     ``sklearn.metrics.normalized_mutual_info_score`` (default
     ``average_method="arithmetic"``) on the underlying labelings, with its
@@ -319,7 +320,6 @@ def normalized_mutual_info(table: np.ndarray) -> float:
         ``MI / ((H(labels) + H(clusters)) / 2)`` in ``[0, 1]``.
     """
     from scipy.stats import entropy
-    from sklearn.metrics import mutual_info_score
 
     arr = _as_table(table)
     if arr.size and not np.array_equal(arr, np.floor(arr)):
@@ -333,7 +333,31 @@ def normalized_mutual_info(table: np.ndarray) -> float:
     arr = arr[arr.sum(axis=1) > 0][:, arr.sum(axis=0) > 0]
     if arr.shape[0] == arr.shape[1] and arr.shape[0] <= 1:
         return 1.0
-    mi = mutual_info_score(None, None, contingency=arr)
+    mi = _mutual_info(arr)
     if mi == 0.0:
         return 0.0
     return float(mi / ((entropy(arr.sum(axis=1)) + entropy(arr.sum(axis=0))) / 2.0))
+
+
+def _mutual_info(table: np.ndarray) -> float:
+    """Mutual information (nats) of an int64 contingency table, shape (labels, clusters).
+
+    ``MI = sum_ij (n_ij / N) * (log(n_ij / N) - log(a_i b_j / N**2))`` over the non-zero
+    cells, with row totals ``a_i``, column totals ``b_j`` and ``N`` points: the
+    arithmetic of ``sklearn.metrics.mutual_info_score(None, None, contingency=table)``
+    (scikit-learn 1.9, step by step, so the same bits: the outer products in int64,
+    terms below machine epsilon set to 0, the sum clipped at 0); 0 when either side
+    has a single group.
+    """
+    rows, cols = np.nonzero(table)
+    cells = table[rows, cols]
+    total = table.sum()
+    row_totals, col_totals = table.sum(axis=1), table.sum(axis=0)
+    if row_totals.size == 1 or col_totals.size == 1:
+        return 0.0
+    share = cells / total
+    log_outer = (-np.log(row_totals.take(rows) * col_totals.take(cols))
+                 + math.log(row_totals.sum()) + math.log(col_totals.sum()))
+    terms = share * (np.log(cells) - math.log(total)) + share * log_outer
+    terms = np.where(np.abs(terms) < np.finfo(terms.dtype).eps, 0.0, terms)
+    return float(np.clip(terms.sum(), 0.0, None))

@@ -344,15 +344,13 @@ def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstim
 
 
 def import_what_the_rounds_use() -> None:
-    """Import the accountant's and k-means' packages before the run's clock starts.
+    """Import the accountant's packages before the run's clock starts.
 
-    They are imported where they are used (a module that imports them costs ~2 s of
-    start-up), and the server uses both in almost every run: importing them here keeps
-    that second out of the round timings (``estimate``, ``tuning``), as before.
+    They are imported where they are used (a module that imports them costs about a
+    second of start-up), and the server uses them in almost every run: importing them
+    here keeps that second out of the round timings (``estimate``, ``tuning``).
+    ``dp_accounting`` brings SciPy's ``signal``, ``stats`` and ``optimize`` (the
+    estimates' isotonic fit). scikit-learn, which loads pandas too, is imported only by
+    a run whose k-means uses it (:mod:`fedkmeans.clustering.scikit`).
     """
-    import dp_accounting  # noqa: F401 - with scipy.signal and scipy.stats
-
-    from fedkmeans.clustering.scikit import load_sklearn
-
-    load_sklearn()  # scikit-learn without the pandas it does not use
-    import sklearn.cluster  # noqa: F401
+    import dp_accounting  # noqa: F401 - with scipy.signal, scipy.stats, scipy.optimize

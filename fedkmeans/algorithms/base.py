@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedkmeans.config import PrivacyConfig
+from fedkmeans.config import PrivacySettings
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy.calibration import PlannedRelease
 from fedkmeans.server.context import ServerContext
@@ -81,12 +81,12 @@ class Algorithm:
     local_k: bool = False
     summary: str = ""
 
-    def ends_with_final_choice(self, privacy: PrivacyConfig) -> bool:
+    def ends_with_final_choice(self, privacy: PrivacySettings) -> bool:
         """Whether a run with ``privacy`` ends with the final private choice."""
         return self.final_choice and check_runs(privacy)
 
     def rounds(
-        self, privacy: PrivacyConfig, *, full_rank: bool = False
+        self, privacy: PrivacySettings, *, full_rank: bool = False
     ) -> list[tuple[Stage, str]]:
         """``(stage, round name)`` of every client round of a run with ``privacy``, in order.
 
@@ -104,7 +104,7 @@ class Algorithm:
         return out
 
     def release_plan(
-        self, privacy: PrivacyConfig, *, subspace: bool = True
+        self, privacy: PrivacySettings, *, subspace: bool = True
     ) -> list[PlannedRelease]:
         """Every noisy release a run makes, with its share of the budget.
 
@@ -150,7 +150,7 @@ def algorithm(name: str) -> Algorithm:
 
 
 def release_plan(
-    name: str, privacy: PrivacyConfig, *, subspace: bool = True
+    name: str, privacy: PrivacySettings, *, subspace: bool = True
 ) -> list[PlannedRelease]:
     """:meth:`Algorithm.release_plan` of the registered algorithm ``name``."""
     return algorithm(name).release_plan(privacy, subspace=subspace)

@@ -25,7 +25,7 @@ Importing this package registers the built-in attacks (``attack = none | curious
 :data:`fedkmeans.plugins.ATTACKS`, :class:`fedkmeans.server.observer.Attack`).
 """
 
-from fedkmeans.attacks.curious import AttackSettings, CuriousServer, build_curious_server
+from fedkmeans.attacks.curious import AttackSettings, CuriousObserver, build_curious_server
 from fedkmeans.server.observer import Attack, register_attack
 
 #: ``attack = none``: the honest server alone.
@@ -36,4 +36,4 @@ CURIOUS = register_attack(Attack(
     "curious", lambda config: [build_curious_server(config)],
     "the honest protocol run by a curious server that records every reply and attacks"))
 
-__all__ = ["CURIOUS", "NONE", "AttackSettings", "CuriousServer", "build_curious_server"]
+__all__ = ["CURIOUS", "NONE", "AttackSettings", "CuriousObserver", "build_curious_server"]

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 
 from fedkmeans.config import AUTO, ExperimentConfig, parse_config
 from fedkmeans.plugins import ALGORITHMS
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.stages import stages
 from fedkmeans.stages.estimate import ESTIMATE
 from fedkmeans.tuning.plan import RunPlan, calibrated_releases, plan_run
@@ -163,7 +163,7 @@ class BudgetRow:
 
 
 def _epsilon(ledger: list[Release], delta: float) -> float:
-    accountant = PrivacyAccountant()
+    accountant = PrivacyLedger()
     for release in ledger:
         accountant.record(release)
     return accountant.get_epsilon(delta) if ledger else 0.0

@@ -50,9 +50,9 @@ from fedkmeans.clustering.client_stats import (
     projected_histogram,
     upper_triangle,
 )
-from fedkmeans.config import HAND_SETTINGS, PrivacyConfig
+from fedkmeans.config import HAND_SETTINGS, PrivacySettings
 from fedkmeans.privacy import registry
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON, PlannedRelease, calibrate
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
@@ -106,7 +106,7 @@ class CanaryGame:
 
     def accountant_epsilon_at(self, delta: float) -> float:
         """Epsilon the PLD accountant reports for :attr:`releases` at ``delta``."""
-        acc = PrivacyAccountant()
+        acc = PrivacyLedger()
         for r in self.releases:
             acc.record(r)
         return acc.get_epsilon(delta)
@@ -174,7 +174,7 @@ def _float_llr(
 
 
 def _planned(
-    mechanism: str, privacy: PrivacyConfig, budget: str, under_noise: bool
+    mechanism: str, privacy: PrivacySettings, budget: str, under_noise: bool
 ) -> list[PlannedRelease]:
     plan = release_plan("feddp-kmeans", privacy)
     if under_noise:  # docs/facts.md, "Reference bug 1": Delta, not Delta^2
@@ -253,7 +253,7 @@ def canary_game(
     dim, k = validate_int("dim", dim, 1), validate_int("k", k, 1)
     base_points, seed = validate_int("base_points", base_points, 1), validate_int("seed", seed, 0)
 
-    privacy = PrivacyConfig(**{
+    privacy = PrivacySettings(**{
         **HAND_SETTINGS, "epsilon": epsilon, "delta": delta, "data_radius": float(data_radius),
         "count_noise": count_noise, "lloyds_steps": 1,
     })

@@ -8,7 +8,7 @@ exactly those of the honest server; it only records
 * ``on_replies(round, replies)``: every client's individual reply (stacked rows),
 * ``on_release(stage, before, after)``: each aggregate before and after noise,
 
-and, at the end of the run, :meth:`CuriousServer.report` runs the attacks that make
+and, at the end of the run, :meth:`CuriousObserver.report` runs the attacks that make
 sense on one run (:mod:`fedkmeans.attacks.curious_attacks`) and returns their success
 metrics for ``result.json`` under
 ``attack`` (never a data value):
@@ -70,7 +70,7 @@ NOTE = (
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """Sizes of the attacks run by :meth:`CuriousServer.report`.
+    """Sizes of the attacks run by :meth:`CuriousObserver.report`.
 
     Attributes
     ----------
@@ -104,7 +104,7 @@ class AttackSettings:
 
 
 @dataclass
-class CuriousServer(RunObserver):
+class CuriousObserver(RunObserver):
     """Records the server's view of a run (observer hooks of the pool and context)."""
 
     config: ExperimentConfig
@@ -228,9 +228,9 @@ class CuriousServer(RunObserver):
         return any(rep.aggregated for rep in self.replies.values())
 
 
-def build_curious_server(config: ExperimentConfig) -> CuriousServer:
+def build_curious_server(config: ExperimentConfig) -> CuriousObserver:
     """The observer selected by ``attack`` (validated by the config)."""
-    return CuriousServer(config)
+    return CuriousObserver(config)
 
 
 def summary_table(report: dict) -> list[str]:

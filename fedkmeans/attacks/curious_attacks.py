@@ -1,6 +1,6 @@
 """The curious server's one-run attacks on what it recorded (its ``report``).
 
-Each function takes the :class:`~fedkmeans.attacks.curious.CuriousServer` that
+Each function takes the :class:`~fedkmeans.attacks.curious.CuriousObserver` that
 observed the run (``view``: its broadcasts, per-client replies and releases) and the
 :class:`GroundTruth` of the simulation (evaluation only): client reconstruction from
 one reply (:func:`client_reconstruction`), the neighbouring-worlds game on a run's
@@ -91,7 +91,7 @@ def _label_secagg_view(results: dict) -> None:
 
     The game scores the server's view of a target that it never received a reply
     from on the noisy releases (``TargetTrace.replies_observed``), whose noise scale
-    is the ledger's effective sigma of the summed shares.
+    is the ledger's calibrated sigma (what the summed shares guarantee).
     """
     for name in ("membership_lr", "differencing"):
         entry = results.get(name)

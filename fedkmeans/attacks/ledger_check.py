@@ -4,7 +4,7 @@ An auditor holding only ``release.json`` can check the claimed epsilon: this mod
 rebuilds the privacy loss distribution of every recorded release directly with
 ``dp_accounting.pld.privacy_loss_distribution`` (each mechanism's ``pld`` in
 :mod:`fedkmeans.privacy.registry`; not through
-:class:`fedkmeans.privacy.accountant.PrivacyAccountant`, its ``DpEvent`` tree or its
+:class:`fedkmeans.privacy.accountant.PrivacyLedger`, its ``DpEvent`` tree or its
 calibration) and composes them:
 
 * a group of Gaussian releases from one cohort (same non-empty ``group``) is one

@@ -56,7 +56,7 @@ from fedkmeans.attacks.sensitivity_audit import (
     run_world,
 )
 from fedkmeans.privacy import registry
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.server.aggregation import folded_sum
 from fedkmeans.server.replies import Replies
@@ -206,7 +206,7 @@ def audit_release(
     planned = PlannedRelease(recorded.stage, recorded.mechanism, recorded.sensitivity, 1.0,
                              config.privacy.sampling_rate, recorded.group)
     alone = calibrate([planned], epsilon=setup.epsilon, delta=delta)[0]
-    accountant = PrivacyAccountant()
+    accountant = PrivacyLedger()
     accountant.record(alone)
     symmetric = any(s.symmetric for s in stage_of_round(planned.group).statistics
                     if s.name == statistic)
@@ -242,7 +242,7 @@ def audit_release(
             cohort = np.isin(replies.client_ids, ctx.sample(planned.group))
             drawn = Replies(replies.client_ids[cohort],
                             {name: rows_[cohort] for name, rows_ in replies.stats.items()})
-            ctx.accountant = PrivacyAccountant()  # one release per trial: keep it short
+            ctx.accountant = PrivacyLedger()  # one release per trial: keep it short
             noisy = ctx.release(drawn, statistic, release, symmetric=symmetric)
             out[i] = release_llr(alone.mechanism, alone.noise_scale, noisy[None],
                                  means["in"], means["out"], symmetric=symmetric)[0]

@@ -9,13 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from fedkmeans.clustering.scikit import load_sklearn
-
-load_sklearn()  # before the first scikit-learn import: without pandas
-
-from sklearn.metrics import roc_auc_score  # noqa: E402
-from sklearn.metrics import roc_curve as sklearn_roc_curve  # noqa: E402
+from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sklearn_roc_curve
 
 __all__ = [
     "cosine_similarity",

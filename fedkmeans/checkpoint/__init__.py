@@ -64,7 +64,7 @@ from fedkmeans.fingerprint import (
     describe_data,
     file_sha256,
 )
-from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.privacy.accountant import PrivacyLedger
 from fedkmeans.spill_files import owner_only, private_dir, write_owner_only
 
 __all__ = ["PLAN_FREE_ROUNDS", "STATE_FILE", "STATE_FORMAT", "Checkpoint",
@@ -91,7 +91,7 @@ class Checkpoint:
     rounds : dict of str to dict of str to ndarray
         Outputs of every finished round, in order.
     ledger : dict
-        ``PrivacyAccountant.state_dict()`` after the last finished round.
+        ``PrivacyLedger.state_dict()`` after the last finished round.
     non_private : list of str
         Non-private releases made so far.
     data : dict
@@ -222,17 +222,17 @@ class Checkpoint:
         LOG.info("moved checkpoint %s aside to %s (its ledger is kept there)", directory, target)
         return target
 
-    def restore(self, accountant: PrivacyAccountant) -> None:
+    def restore(self, accountant: PrivacyLedger) -> None:
         """Put the checkpointed ledger into ``accountant`` (which must be empty)."""
         if self.ledger is not None:
-            for release in PrivacyAccountant.from_state_dict(self.ledger).releases:
+            for release in PrivacyLedger.from_state_dict(self.ledger).releases:
                 accountant.record(release)
 
     def save(
         self,
         name: str,
         outputs: dict[str, np.ndarray],
-        accountant: PrivacyAccountant,
+        accountant: PrivacyLedger,
         non_private: list[str],
     ) -> None:
         """Record round ``name`` and the ledger; files are replaced atomically."""

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedkmeans.fingerprint import file_sha256
-from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.privacy.accountant import PrivacyLedger
 
 __all__ = ["STATE_FILE", "UNKNOWN_SPENT", "CheckpointCorruptError",
            "CheckpointDataMismatchError", "CheckpointMismatchError", "aside_path", "corrupt",
@@ -110,7 +110,7 @@ def spent_clause(state: dict[str, Any], delta: float) -> str:
     if ledger is None:
         return "its ledger records no release yet"
     try:
-        accountant = PrivacyAccountant.from_state_dict(ledger)
+        accountant = PrivacyLedger.from_state_dict(ledger)
     except (ValueError, KeyError, TypeError):
         return UNKNOWN_SPENT
     count = len(accountant.releases)
@@ -165,7 +165,7 @@ def read_state(state_path: Path, directory: Path, delta: float) -> dict[str, Any
     ledger = state.get("ledger", "missing")
     if ledger is not None:
         try:
-            PrivacyAccountant.from_state_dict(ledger)
+            PrivacyLedger.from_state_dict(ledger)
         except (ValueError, KeyError, TypeError):
             problems.append("'ledger'")
     if problems:

@@ -5,11 +5,13 @@ an experiment (``metrics.optimal_cost`` of a run, the denominator of its cost ra
 nothing here reaches a release.
 
 It is scikit-learn's ``KMeans`` (k-means++ restarts), with two of its passes over the
-data done in row blocks so the pooled data is held about once: the relative tolerance
-(``mean(var(X))``, which ``np.var`` computes with an (n, d) temporary) and the greedy
-k-means++ seeding (the same draws and arithmetic as scikit-learn's, without its
-(trials, n) distance matrix). scikit-learn is imported inside :func:`optimal_cost`, so
-importing this module costs nothing.
+data done in row blocks so the pooled data is held about once: the greedy k-means++
+seeding (the same draws and arithmetic as scikit-learn's, without its (trials, n)
+distance matrix), passed as the public ``init`` callable, and the relative tolerance
+(``mean(var(X))``, which ``np.var`` computes with an (n, d) temporary), for which
+the private ``_check_params_vs_input`` is overridden: scikit-learn is pinned to the
+versions checked (:data:`SKLEARN_PINNED`, tests/test_node_spill.py). scikit-learn
+is imported inside :func:`optimal_cost`, so importing this module costs nothing.
 """
 
 from __future__ import annotations
@@ -44,25 +46,24 @@ def _variance_mean(x: np.ndarray) -> float:
     return float(np.mean(total / x.shape[0]))
 
 
+#: The scikit-learn versions whose private ``KMeans._check_params_vs_input`` (it sets
+#: ``self._tol``) :func:`_lean_kmeans` overrides: the pin of ``pyproject.toml``, checked
+#: by ``tests/test_node_spill.py`` against the installed version's behaviour.
+SKLEARN_PINNED = ">=1.4,<1.10"
+
+
 def _lean_kmeans(kmeans):
     """scikit-learn's KMeans whose relative tolerance is computed in row blocks.
 
     ``KMeans`` turns ``tol`` into ``mean(var(X, axis=0)) * tol`` with ``np.var``,
     which holds an (n, d) temporary: a second copy of the pooled data. The same
-    tolerance from :func:`_variance_mean` (equal up to round-off) avoids it.
+    tolerance from :func:`_variance_mean` (equal up to round-off) avoids it. No public
+    parameter does (``tol=0`` changes when Lloyd stops), so this overrides the private
+    ``_check_params_vs_input``, for the versions of :data:`SKLEARN_PINNED` only.
     """
 
     class LeanKMeans(kmeans):
-        # scikit-learn's own method names (KMeans.fit calls them): keep them as they are
-        def _init_centroids(self, X, x_squared_norms, init, random_state, sample_weight,
-                            init_size=None, n_centroids=None):
-            if not (isinstance(init, str) and init == "k-means++" and init_size is None
-                    and n_centroids is None):
-                return super()._init_centroids(X, x_squared_norms, init, random_state,
-                                               sample_weight, init_size, n_centroids)
-            return _kmeans_plusplus_in_blocks(X, self.n_clusters, x_squared_norms,
-                                              sample_weight, random_state)
-
+        # scikit-learn's own method name (KMeans.fit calls it): keep it as it is
         def _check_params_vs_input(self, X, *args, **kwargs):
             tol, self.tol = self.tol, 0.0  # tol = 0 skips np.var
             try:
@@ -71,34 +72,52 @@ def _lean_kmeans(kmeans):
                 self.tol = tol
             self._tol = _variance_mean(X) * tol if tol else 0.0
 
-    for method in (LeanKMeans._check_params_vs_input, LeanKMeans._init_centroids):
-        if not hasattr(kmeans, method.__name__):
-            raise RuntimeError(f"scikit-learn's KMeans has no {method.__name__} to override")
+    if not hasattr(kmeans, "_check_params_vs_input"):
+        raise RuntimeError("scikit-learn's KMeans has no _check_params_vs_input to override "
+                           f"(fedkmeans pins scikit-learn{SKLEARN_PINNED})")
     return LeanKMeans
+
+
+def _greedy_kmeans_plusplus(x, n_clusters, random_state):
+    """scikit-learn's greedy k-means++ seeding as ``KMeans(init=...)``, in row blocks.
+
+    ``KMeans`` calls an ``init`` callable with its centered copy of the data, the
+    number of clusters and its ``RandomState``; with ``init="k-means++"`` it would run
+    ``sklearn.cluster.kmeans_plusplus`` on the same arguments, all points weighted 1
+    (``fit`` without ``sample_weight``), and its squared row norms
+    (``einsum("ij,ij->i")``). So this is called with the same draws and gives the same
+    seeds (tests/test_node_spill.py), without its (trials, n) distance matrix.
+    """
+    norms = np.einsum("ij,ij->i", x, x)
+    return _kmeans_plusplus_in_blocks(x, n_clusters, norms, np.ones(x.shape[0], x.dtype),
+                                      random_state)
 
 
 def _kmeans_plusplus_in_blocks(x, k, x_squared_norms, sample_weight, random_state):
     """scikit-learn's greedy k-means++ seeding, its distances computed in row blocks.
 
     The same draws from ``random_state`` and the same arithmetic as
-    ``sklearn.cluster._kmeans._kmeans_plusplus`` (``2 + int(log k)`` local trials per
-    center), but the candidates are scored one at a time against the current closest
+    ``sklearn.cluster.kmeans_plusplus`` (``2 + int(log k)`` local trials per center;
+    a squared distance is ``max(-2 c.p + |c|^2 + |p|^2, 0)`` with the given row norms),
+    but the candidates are scored one at a time against the current closest
     distances, so no (trials, n) distance matrix exists: at most three length-n
     vectors. Each candidate's potential is its own dot product (scikit-learn takes the
     four in one matrix product), equal up to round-off.
     """
-    from sklearn.metrics.pairwise import _euclidean_distances
-
     n = x.shape[0]
     step = max(1, _LEAN_BLOCK_ENTRIES // max(1, x.shape[1]))
 
     def distances(center):  # squared distances of every point to one center, (n,)
         out = np.empty(n)
+        center = center[None, :]
+        center_norm = np.einsum("ij,ij->i", center, center)[:, None]
         for start in range(0, n, step):
             rows = slice(start, start + step)
-            out[rows] = _euclidean_distances(center[None, :], x[rows],
-                                             Y_norm_squared=x_squared_norms[rows],
-                                             squared=True)[0]
+            block = -2 * (center @ x[rows].T)
+            block += center_norm
+            block += x_squared_norms[rows][None, :]
+            np.maximum(block, 0, out=block)
+            out[rows] = block[0]
         return out
 
     centers = np.empty((k, x.shape[1]), dtype=x.dtype)
@@ -172,8 +191,8 @@ def optimal_cost(
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if x.shape[0] < k:
         raise ValueError(f"x must have at least k={k} points, got {x.shape[0]}")
-    model = _lean_kmeans(KMeans)(n_clusters=int(k), n_init=int(n_init),
-                                 random_state=_sklearn_random_state(seed),
+    model = _lean_kmeans(KMeans)(n_clusters=int(k), init=_greedy_kmeans_plusplus,
+                                 n_init=int(n_init), random_state=_sklearn_random_state(seed),
                                  copy_x=not overwrite_x)
     model.fit(x)
     centers = np.asarray(model.cluster_centers_, dtype=np.float64)

@@ -159,10 +159,7 @@ def kmeans(
     if n_init * points.shape[0] * k * points.shape[1] <= MAX_BATCHED_WORK:
         return kmeans_restarts(points, k, np.random.default_rng(seed), n_init=n_init,
                                sample_weight=sample_weight)
-    from fedkmeans.clustering.scikit import load_sklearn
-
-    load_sklearn()  # without pandas
-    from sklearn.cluster import KMeans  # not at import: ~1 s
+    from sklearn.cluster import KMeans  # not at import: ~1 s with the pandas it loads
 
     model = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
     with _threads_for(points.size):
@@ -230,7 +227,8 @@ def weighted_kmeans(
 
 
 def merge_centers(
-    centers: np.ndarray, counts: np.ndarray, k: int, *, seed: int
+    centers: np.ndarray, counts: np.ndarray, k: int, *, seed: int,
+    warn: Callable[[str], None] | None = None,
 ) -> np.ndarray:
     """Merge ``k + e`` released centers into ``k``: k-means on them, weighted by counts.
 
@@ -250,6 +248,8 @@ def merge_centers(
     k : int
     seed : int
         Integer seed of the (public) k-means restarts.
+    warn : callable, optional
+        Says the weights' fallback (:func:`usable_weights`); a run passes its own.
 
     Returns
     -------
@@ -258,7 +258,7 @@ def merge_centers(
     """
     if centers.shape[0] <= k:
         return centers
-    weights = usable_weights(counts, 0.0, k)
+    weights = usable_weights(counts, 0.0, k, warn=warn)
     keep = weights > 0
     return kmeans(centers[keep], k, seed=seed, sample_weight=weights[keep])
 

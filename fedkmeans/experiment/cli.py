@@ -29,10 +29,11 @@ import gc
 import os
 import sys
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 from hydra import compose, initialize_config_module
@@ -232,17 +233,27 @@ REGISTERED_GROUPS = {
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def register_hydra_options() -> None:
-    """A Hydra option for every registered algorithm, attack and engine without a YAML file.
+def register_hydra_options(groups: Iterable[str] = tuple(REGISTERED_GROUPS)) -> None:
+    """A Hydra option for every registered entry of ``groups`` without a YAML file.
 
     A plug-in registered in one file (:func:`fedkmeans.algorithms.register_algorithm`)
-    is then selected like a built-in one: ``algorithm=<name>``.
+    is then selected like a built-in one: ``algorithm=<name>``. Reading a registry loads
+    its built-ins (the attacks' are the attack suite), so :func:`compose_flat` reads only
+    those of the groups its overrides select: a group left at its default option reads
+    its YAML file.
     """
     store = ConfigStore.instance()
-    for group, (registry, node) in REGISTERED_GROUPS.items():
+    for group in groups:
+        registry, node = REGISTERED_GROUPS[group]
         for name in registry.names():
             if not (CONF_DIR / group / f"{name}.yaml").is_file():
                 store.store(group=group, name=name, node=node(name), package="_global_")
+
+
+def selected_groups(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The registered groups whose option ``overrides`` choose (``attack=curious``)."""
+    keys = {override.partition("=")[0].lstrip("+~") for override in overrides}
+    return tuple(group for group in REGISTERED_GROUPS if group in keys)
 
 
 def _with_output_dir(flat: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -251,9 +262,10 @@ def _with_output_dir(flat: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _composed(overrides: Sequence[str]) -> dict[str, Any]:
-    register_hydra_options()
+    overrides = resolve_aliases(overrides)
+    register_hydra_options(selected_groups(overrides))
     with initialize_config_module(config_module="fedkmeans.conf", version_base=None):
-        return flatten(compose(config_name="config", overrides=resolve_aliases(overrides)))
+        return flatten(compose(config_name="config", overrides=overrides))
 
 
 def compose_flat(overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -364,19 +376,30 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
 
 #: Hydra raises its errors instead of printing its own report when this is "1".
 HYDRA_FULL_ERROR = "HYDRA_FULL_ERROR"
-#: The user's own ``HYDRA_FULL_ERROR`` while :func:`cli` runs (None: not running).
-_user_full_error: list[str | None] = []
+
+
+class _UserSetting(NamedTuple):
+    """The user's own value of an environment variable (None: unset)."""
+
+    value: str | None
+
+
+#: The user's own ``HYDRA_FULL_ERROR`` while :func:`cli` runs (None: not running). Set
+#: by :func:`cli`, read inside the job it starts (:func:`main`, called by Hydra).
+_USER_FULL_ERROR: ContextVar[_UserSetting | None] = ContextVar(
+    "fedkmeans_user_hydra_full_error", default=None)
 
 
 @contextmanager
 def _hydra_reports_errors() -> Iterator[None]:
     """Inside a job, give back the user's ``HYDRA_FULL_ERROR`` (child processes inherit it)."""
-    if not _user_full_error:
+    user = _USER_FULL_ERROR.get()
+    if user is None:
         yield
         return
     ours = os.environ.pop(HYDRA_FULL_ERROR, None)
-    if _user_full_error[0] is not None:
-        os.environ[HYDRA_FULL_ERROR] = _user_full_error[0]
+    if user.value is not None:
+        os.environ[HYDRA_FULL_ERROR] = user.value
     try:
         yield
     finally:
@@ -463,22 +486,23 @@ def cli() -> None:
     ``HYDRA_FULL_ERROR=1`` or ``FEDKMEANS_TRACEBACK=1`` shows Hydra's traceback instead.
     """
     sys.argv[1:] = resolve_aliases(sys.argv[1:])
-    _user_full_error[:] = [os.environ.get(HYDRA_FULL_ERROR)]
+    user = _UserSetting(os.environ.get(HYDRA_FULL_ERROR))
+    running = _USER_FULL_ERROR.set(user)
     os.environ[HYDRA_FULL_ERROR] = "1"  # Hydra raises instead of printing its report
     try:
         main()
     except Exception as exc:  # noqa: BLE001 - the CLI boundary
-        if _user_full_error[0] == "1" or os.environ.get(TRACEBACK_ENV) == "1":
+        if user.value == "1" or os.environ.get(TRACEBACK_ENV) == "1":
             raise
         code, line = hydra_error_line(exc)
         print(f"fedkmeans: {line}", file=sys.stderr)
         sys.exit(code)
     finally:
-        if _user_full_error[0] is None:
+        if user.value is None:
             os.environ.pop(HYDRA_FULL_ERROR, None)
         else:
-            os.environ[HYDRA_FULL_ERROR] = _user_full_error[0]
-        _user_full_error.clear()
+            os.environ[HYDRA_FULL_ERROR] = user.value
+        _USER_FULL_ERROR.reset(running)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from fedkmeans.node.secagg import SecAggEncoding
 from fedkmeans.node.shard import shard_ready, write_shard
 from fedkmeans.privacy.clipping import clip_rows_l2, row_norms
 
-__all__ = ["NodeData", "clip_radius", "shard_ready", "write_shard"]
+__all__ = ["CLIP_WARNINGS", "NodeData", "clip_radius", "shard_ready", "write_shard"]
 
 LOG = logging.getLogger(__name__)
 #: Most rows moved by the clip to the data radius kept as they were, as a fraction of
@@ -51,8 +51,30 @@ LOG = logging.getLogger(__name__)
 #: default radius (the 0.99 quantile of the norms) moves about 1 %; a radius far inside
 #: the data would double the node's memory, and its check reloads the clients instead.
 KEEP_UNCLIPPED_MAX_FRACTION = 0.125
-#: Partitions that logged clipping in this process (the first one warns).
-_CLIP_WARNED: list[int] = []
+
+
+class _FirstClipWarning:
+    """Whether a node of this process has logged its clipping yet (the first one warns).
+
+    One per process (:data:`CLIP_WARNINGS`); the ClientApp forgets it when a new run
+    starts (:func:`fedkmeans.client_app.forget_clipping_warning`).
+    """
+
+    def __init__(self) -> None:
+        self._logged = False
+
+    def first(self) -> bool:
+        """True for the first node that logs its clipping since the last :meth:`forget`."""
+        logged, self._logged = self._logged, True
+        return not logged
+
+    def forget(self) -> None:
+        """Let the next node that clips warn again."""
+        self._logged = False
+
+
+#: This process's :class:`_FirstClipWarning`.
+CLIP_WARNINGS = _FirstClipWarning()
 
 
 class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
@@ -151,8 +173,8 @@ class NodeData(NodeMemory, StageArithmetic, SecAggEncoding):
             # (diagnostics.json, metrics.clipped_points).
             # One warning per process: a simulation's nodes share a few processes, and
             # the server's summary line comes from the estimate round's release.
-            log = LOG.debug if _CLIP_WARNED or not warn else LOG.warning
-            _CLIP_WARNED.append(partition_id)
+            first = CLIP_WARNINGS.first()
+            log = LOG.warning if warn and first else LOG.debug
             log(
                 NOT_PRIVATE + " node %d: %d of %d points (%.1f%%) lie outside "
                 "privacy.data-radius = %g and "

@@ -4,7 +4,7 @@ Clipping, noise mechanisms, accounting, and calibration of noise scales to an
 (epsilon, delta) budget.
 """
 
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release, gaussian_epsilon
+from fedkmeans.privacy.accountant import PrivacyLedger, Release, gaussian_epsilon
 from fedkmeans.privacy.calibration import PlannedRelease, analytic_gaussian_sigma, calibrate
 from fedkmeans.privacy.clipping import (
     clip_l1,
@@ -19,7 +19,7 @@ __all__ = [
     "GaussianMechanism",
     "LaplaceMechanism",
     "PlannedRelease",
-    "PrivacyAccountant",
+    "PrivacyLedger",
     "Release",
     "analytic_gaussian_sigma",
     "calibrate",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import dp_accounting
 
 __all__ = [  # gaussian_epsilon: re-export
-    "Release", "PrivacyAccountant", "forget_composed_epsilons", "gaussian_epsilon"]
+    "Release", "PrivacyLedger", "forget_composed_epsilons", "gaussian_epsilon"]
 
 @dataclass(frozen=True)
 class Release:
@@ -139,7 +139,7 @@ def _group_event(releases: list[Release]) -> dp_accounting.DpEvent:
     return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z_eff))
 
 
-class PrivacyAccountant:
+class PrivacyLedger:
     """Ledger of :class:`Release` objects with PLD accounting of their composition."""
 
     def __init__(self) -> None:
@@ -216,7 +216,7 @@ class PrivacyAccountant:
         return {"version": 1, "releases": [r.to_dict() for r in self._releases]}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> PrivacyAccountant:
+    def from_state_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
         """Rebuild an accountant from :meth:`state_dict` output."""
         if not isinstance(state, dict) or state.get("version") != 1:
             raise ValueError("state must be a dict from state_dict() with version 1")
@@ -305,7 +305,7 @@ def _composed_pld(releases: Sequence[Release], discretization: float) -> Any:
 @lru_cache(maxsize=256)
 def _composed_epsilon(releases: tuple[Release, ...], delta: float,
                       discretization: float) -> float:
-    """The PLD epsilon of :meth:`PrivacyAccountant.get_epsilon`, memoised.
+    """The PLD epsilon of :meth:`PrivacyLedger.get_epsilon`, memoised.
 
     A function of the releases in order, delta and the discretization alone, and a run
     asks for the same one twice (the calibration's check at the fine discretization,

@@ -133,15 +133,18 @@ UNDECLARED_MAX_POINTS = 2**16
 _CLIP_LIPSCHITZ = {"l2": (1.0, 1.0), "l1_nonnegative": (2.0, math.sqrt(2.0))}
 
 
-class PrivacySettings(Protocol):
-    """What the bounds read of the privacy settings (:class:`fedkmeans.config.PrivacyConfig`)."""
+class PrivacyUnit(Protocol):
+    """What the bounds read of the privacy settings: the privacy unit and its size.
+
+    :class:`fedkmeans.config.PrivacySettings` is one.
+    """
 
     level: str
     max_points_per_client: int | str
 
 
 def bound_of(
-    privacy: PrivacySettings,
+    privacy: PrivacyUnit,
     norm: str,
     per_point: Callable[[Any], tuple[float, float]],
     client_bound: Callable[[Any], float],
@@ -151,7 +154,7 @@ def bound_of(
 
     Parameters
     ----------
-    privacy : PrivacySettings
+    privacy : PrivacyUnit
         The run's privacy settings (the config's; this layer does not import it).
     norm : {"l2", "l1_nonnegative"}
         Norm of the statistic's clip.

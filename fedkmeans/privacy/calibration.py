@@ -6,7 +6,7 @@ release's noise is set so that it alone would be ``epsilon_i``-DP (Laplace
 ``b_i = sensitivity / epsilon_i``; Gaussian ``sigma_i`` from the analytic Gaussian at
 ``(epsilon_i, delta)``). ``c`` is then found by a bracketing root search on ``log c``
 (coarse PLD, discretization 1e-3) so that the PLD-composed epsilon of the whole plan
-(:class:`PrivacyAccountant`) is just below the target, and verified with the default
+(:class:`PrivacyLedger`) is just below the target, and verified with the default
 discretization 1e-4. Larger ``c`` means less noise and a larger composed epsilon.
 
 Each mechanism's standalone calibration and ``dp_event`` come from its spec
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedkmeans.arguments import validate_delta
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 
@@ -108,7 +108,7 @@ def _releases(
 
 def _composed_epsilon(releases: list[Release], delta: float, discretization: float,
                       prior: Sequence[Release] = ()) -> float:
-    acc = PrivacyAccountant()
+    acc = PrivacyLedger()
     for r in (*prior, *releases):
         acc.record(r)
     return acc.get_epsilon(delta, discretization=discretization)
@@ -125,7 +125,7 @@ def calibrate(
     ----------
     planned : sequence of PlannedRelease
         Non-empty plan; groups and sampling rates follow the rules of
-        :class:`PrivacyAccountant` (a sampled group with several releases must be
+        :class:`PrivacyLedger` (a sampled group with several releases must be
         all-Gaussian).
     epsilon : float
         Target epsilon in ``(0, MAX_FINITE_EPSILON]`` (100); ``math.inf`` gives noise
@@ -156,7 +156,7 @@ def calibrate(
     -------
     list of Release
         Same order and fields as ``planned``, with noise scales such that
-        ``PrivacyAccountant.get_epsilon(delta)`` (discretization 1e-4) lies in
+        ``PrivacyLedger.get_epsilon(delta)`` (discretization 1e-4) lies in
         ``[0.99 * epsilon, epsilon]`` (when ``verify``).
     """
     validate_delta(delta)
@@ -177,7 +177,7 @@ def calibrate(
     if math.isinf(epsilon):
         return [p.to_release(0.0) for p in planned]
     # Validates groups (e.g. Laplace in a sampled multi-release group) up front.
-    check = PrivacyAccountant()
+    check = PrivacyLedger()
     for r in prior:
         check.record(r)
     for p in planned:

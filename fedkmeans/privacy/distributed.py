@@ -15,9 +15,10 @@ release, ``n`` the number of clients asked in the round and
 sum, the total noise is ``N(0, (n_surv / n_min) sigma^2)``. The server unmasks the
 sum only if ``n_surv >= n_min`` (it halts the round before unmasking otherwise), so
 every release carries at least the calibrated variance, and the accountant records
-the effective ``sigma_eff = sigma sqrt(n_surv / n_min) >= sigma``: the spent epsilon
-is at most the calibrated one. Clients colluding with the server know their own
-shares: the guarantee survives up to ``n_surv - n_min`` such clients.
+the calibrated ``sigma`` (the effective ``sigma_eff = sigma sqrt(n_surv / n_min) >=
+sigma`` of the survivors is a diagnostic): the spent epsilon is the calibrated one.
+Clients colluding with the server know their own shares: the guarantee survives up
+to ``n_surv - n_min`` such clients.
 
 Neighbouring relation. Data-point level: add or remove one point. When the point is its
 client's only one, the client (and, one node per client, its node) takes part in one

@@ -5,7 +5,7 @@ something the server keeps: clip every client's reply on the server, sum in clie
 order, add the calibrated noise, and record the release in the accountant. Algorithms
 and stages never add noise themselves. With secure aggregation the clients clipped and added the
 noise shares, the sum arrives noisy, and ``release`` only records it (with the
-effective sigma of the summed shares) and shows observers the noisy sum.
+calibrated sigma, which the summed shares guarantee) and shows observers the noisy sum.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.config import AUTO, ExperimentConfig
 from fedkmeans.console import say
 from fedkmeans.privacy import registry
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.budget import joint_radii
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
@@ -57,7 +57,7 @@ class ServerContext:
         The server's own (public) data Q.
     releases : dict of str to Release
         Calibrated noise of every planned release, by stage name.
-    accountant : PrivacyAccountant
+    accountant : PrivacyLedger
         Records each release when it happens.
     timings : dict of str to float
         Seconds per round.
@@ -69,7 +69,7 @@ class ServerContext:
     pool: ClientPool
     server_x: np.ndarray
     releases: dict[str, Release]
-    accountant: PrivacyAccountant = field(default_factory=PrivacyAccountant)
+    accountant: PrivacyLedger = field(default_factory=PrivacyLedger)
     timings: dict[str, float] = field(default_factory=dict)
     non_private: list[str] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
@@ -78,6 +78,9 @@ class ServerContext:
     expected_rounds: int = 0
     #: Log a progress line per round (the tuning's simulated runs do not).
     progress: bool = True
+    #: Log the run's warnings (:meth:`warn_once`); the tuning's simulated runs do not:
+    #: a candidate's fallback is not the run's.
+    warnings: bool = True
     #: The k chosen by the algorithm with ``k = auto`` (:meth:`choose_k`), else None.
     chosen_k: int | None = None
     #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
@@ -93,9 +96,12 @@ class ServerContext:
     _done: int = field(default=0, repr=False)
 
     def warn_once(self, key: str) -> Callable[[str], None]:
-        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run."""
+        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run.
+
+        Nothing is logged when the context does not log :attr:`warnings`.
+        """
         def warn(message: str) -> None:
-            if key not in self.warned:
+            if self.warnings and key not in self.warned:
                 self.warned.add(key)
                 LOG.warning(message)
         return warn
@@ -358,8 +364,9 @@ class ServerContext:
         -----
         ``replies.aggregated`` (secure aggregation): the row is already the noisy sum
         of the clients' clipped statistics and noise shares; nothing is clipped or
-        added here. The release is recorded with ``noise_scale`` = the effective sigma
-        of the summed shares (``>=`` the calibrated one), and observers get
+        added here. The release is recorded with ``noise_scale`` = the calibrated sigma,
+        which the summed shares of at least ``n_min`` survivors guarantee (the
+        survivors' effective sigma, ``>=`` it, is a diagnostic), and observers get
         ``on_release(stage, None, noisy)``: the exact sum never exists on the server.
         """
         if replies.aggregated:

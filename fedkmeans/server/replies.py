@@ -34,8 +34,8 @@ class Replies:
     contributors : ndarray of shape (n,) or None
         ``aggregated`` only: the clients whose statistics are in the sums.
     noise_scales : dict of str to float
-        ``aggregated`` only: effective standard deviation of the summed noise shares
-        of each statistic (at least the calibrated sigma).
+        ``aggregated`` only: the calibrated sigma of each statistic, which the summed
+        noise shares of at least ``n_min`` survivors guarantee (what the ledger records).
     folded : bool
         Streaming aggregation: ``stats`` hold one row each, the sums of the accepted
         clients' rows clipped on the server (exact, no noise yet); ``client_ids``

@@ -232,9 +232,10 @@ class SecAggAggregator:
         -------
         Replies
             ``aggregated = True``, no per-client rows: ``stats[s]`` has shape
-            ``(1, ...)`` (the noisy sum), ``noise_scales[s]`` the effective sigma,
-            ``contributors`` the clients whose contributions (and noise shares) are
-            in the sum.
+            ``(1, ...)`` (the noisy sum), ``noise_scales[s]`` the calibrated sigma
+            (what the shares of ``n_min`` survivors add up to; the survivors' effective
+            sigma is a diagnostic of :attr:`rounds`), ``contributors`` the clients
+            whose contributions (and noise shares) are in the sum.
 
         Raises
         ------

@@ -24,7 +24,8 @@ __all__ = ["wire_context"]
 def wire_context(
     config: ExperimentConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
     checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
-    settings: Mapping, progress: bool = True, secagg: bool | None = None,
+    settings: Mapping, progress: bool = True, warnings: bool = True,
+    secagg: bool | None = None,
 ) -> ServerContext:
     """The server side of a run's rounds around ``pool``: settings, SecAgg, context.
 
@@ -36,7 +37,7 @@ def wire_context(
         Q after the public transform.
     releases : mapping of str to Release
         The calibrated releases known so far, by stage.
-    checkpoint, observers, progress
+    checkpoint, observers, progress, warnings
         Passed to :class:`~fedkmeans.server.context.ServerContext`.
     settings : mapping
         What the nodes clip and map with, sent with every request (the resolved clip
@@ -50,7 +51,8 @@ def wire_context(
     """
     pool.settings = dict(settings)
     ctx = ServerContext(config=config, pool=pool, server_x=server_x, releases=dict(releases),
-                        checkpoint=checkpoint, observers=list(observers), progress=progress)
+                        checkpoint=checkpoint, observers=list(observers), progress=progress,
+                        warnings=warnings)
     if secagg is None:
         secagg = config.privacy.aggregation == "secagg"
     if secagg:  # clients add noise shares, SecAgg+ sums

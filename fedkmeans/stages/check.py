@@ -98,7 +98,7 @@ from scipy.special import ndtri
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import BLOCK, nearest_squared_distances
 from fedkmeans.clustering.repair import swap_repair
-from fedkmeans.config import AUTO, PrivacyConfig
+from fedkmeans.config import AUTO, PrivacySettings
 from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
@@ -140,7 +140,7 @@ def returns_protocol(wide: float, narrow: float, reach: float) -> bool:
         narrow < -CHOICE_STDS or (wide < -STRONG_STDS and narrow < CHOICE_STDS)))
 
 
-def largest_unit_sum(estimates, privacy: PrivacyConfig) -> float:
+def largest_unit_sum(estimates, privacy: PrivacySettings) -> float:
     """The largest absolute value of a check sum in units of its clip, from released counts.
 
     Each point adds at most 1 and each client at most ``max-points-per-client``, so the
@@ -158,7 +158,7 @@ def largest_unit_sum(estimates, privacy: PrivacyConfig) -> float:
     return max(total, 0.0) if math.isfinite(total) else math.inf
 
 
-def check_clip_of(privacy: PrivacyConfig) -> float:
+def check_clip_of(privacy: PrivacySettings) -> float:
     """The per-point clip tau, ``inf`` while unresolved (the check then does not run)."""
     return math.inf if privacy.check_clip == AUTO else float(privacy.check_clip)
 

@@ -150,7 +150,8 @@ def centers_from_clients(
             min_count=ctx.min_cluster_count(group, fallback),
         )
         return {"centers": merge_centers(centers, released["counts"], k,
-                                         seed=ctx.int_seed(group, "merge"))}
+                                         seed=ctx.int_seed(group, "merge"),
+                                         warn=ctx.warn_once("spare-centers fallback"))}
 
     return ctx.round(PROJECTED_CENTERS.group, compute)["centers"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fedkmeans.config import AUTO, PrivacyConfig
+from fedkmeans.config import AUTO, PrivacySettings
 from fedkmeans.plugins import Registry
 from fedkmeans.privacy.budget import StatisticBound, bound_of
 from fedkmeans.privacy.calibration import PlannedRelease
@@ -63,8 +63,8 @@ class Statistic:
 
     name: str
     norm: str
-    per_point: Callable[[PrivacyConfig], tuple[float, float]]
-    client_bound: Callable[[PrivacyConfig], float]
+    per_point: Callable[[PrivacySettings], tuple[float, float]]
+    client_bound: Callable[[PrivacySettings], float]
     shape: Callable[[int, int, int], tuple[int, ...]]
     symmetric: bool = False
     joint: str = ""
@@ -84,8 +84,8 @@ class ReleaseRule:
     """
 
     statistic: Statistic
-    mechanism: Callable[[PrivacyConfig], str]
-    weight: Callable[[PrivacyConfig], float]
+    mechanism: Callable[[PrivacySettings], str]
+    weight: Callable[[PrivacySettings], float]
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class Stage:
             replies, rule.statistic.name, f"{group}/{rule.statistic.name}",
             symmetric=rule.statistic.symmetric) for rule in self.releases}
 
-    def plan(self, privacy: PrivacyConfig, group: str) -> list[PlannedRelease]:
+    def plan(self, privacy: PrivacySettings, group: str) -> list[PlannedRelease]:
         """This stage's planned releases in round ``group`` (sensitivity from the bounds)."""
         bounds = statistic_bounds(privacy)
         out = []
@@ -188,7 +188,7 @@ def stage_of_round(round_name: str) -> Stage:
     raise KeyError(f"no stage runs round {round_name!r}")
 
 
-def check_runs(privacy: PrivacyConfig) -> bool:
+def check_runs(privacy: PrivacySettings) -> bool:
     """Whether a run with ``privacy`` ends with the final check (private, share > 0).
 
     The check is :mod:`fedkmeans.stages.check`; ``check-share = auto`` is resolved
@@ -205,7 +205,7 @@ class _Bounds(Mapping):
     bound exists (the others read the data radius and the clip bounds).
     """
 
-    def __init__(self, privacy: PrivacyConfig) -> None:
+    def __init__(self, privacy: PrivacySettings) -> None:
         self._privacy = privacy
         self._statistics: dict[str, Statistic] = {}
         for known in STAGES.values():
@@ -227,6 +227,6 @@ class _Bounds(Mapping):
         return len(self._statistics)
 
 
-def statistic_bounds(privacy: PrivacyConfig) -> Mapping[str, StatisticBound]:
+def statistic_bounds(privacy: PrivacySettings) -> Mapping[str, StatisticBound]:
     """Clip bounds and sensitivities of every registered stage's statistics, by name."""
     return _Bounds(privacy)

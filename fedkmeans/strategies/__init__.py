@@ -3,7 +3,7 @@
 Each is a :class:`~fedkmeans.strategies.base.KMeansStrategy` (on Flower 1.42's
 Message-API base, ``flwr.serverapp.strategy.Strategy``) for one registered algorithm::
 
-    result = FedDPKMeans(n_clusters=3, epsilon=1.0, server_data=Q).start(grid=grid)
+    result = FedDPKMeansStrategy(n_clusters=3, epsilon=1.0, server_data=Q).start(grid=grid)
     centers = result.arrays["centers"].numpy()
 
 The nodes' ClientApp mounts the client side (:func:`fedkmeans.client.mount`). The
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from fedkmeans.strategies.base import KMeansResult, KMeansStrategy
 
-__all__ = ["FedDPKMeans", "KFed", "KMeansResult", "KMeansStrategy", "LloydsNonPrivate",
-           "STRATEGIES", "ServerKMeansPP", "ServerLloyds", "SpherePacking"]
+__all__ = ["FedDPKMeansStrategy", "KFed", "KMeansResult", "KMeansStrategy",
+           "LloydsNonPrivate", "STRATEGIES", "ServerKMeansPP", "ServerLloyds", "SpherePacking"]
 
 
-class FedDPKMeans(KMeansStrategy):
+class FedDPKMeansStrategy(KMeansStrategy):
     """FedDP-KMeans: FedDP-Init's three private rounds, FedDP-Lloyds, the final choice."""
 
     algorithm = "feddp-kmeans"
@@ -57,5 +57,5 @@ class KFed(KMeansStrategy):
 
 #: Algorithm name (:data:`fedkmeans.plugins.ALGORITHMS`) -> its strategy class.
 STRATEGIES: dict[str, type[KMeansStrategy]] = {
-    cls.algorithm: cls for cls in (FedDPKMeans, ServerLloyds, ServerKMeansPP, SpherePacking,
-                                   LloydsNonPrivate, KFed)}
+    cls.algorithm: cls for cls in (FedDPKMeansStrategy, ServerLloyds, ServerKMeansPP,
+                                   SpherePacking, LloydsNonPrivate, KFed)}

@@ -3,7 +3,7 @@
 Flower 1.42's :class:`flwr.serverapp.PrivacyAccountant` composes
 :class:`flwr.serverapp.GaussianPrivacyEvent` s (noise multiplier ``z``, sample size,
 population size) for client-level neighbours. :class:`FlowerLedger` is that protocol
-over this project's ledger (:class:`fedkmeans.privacy.accountant.PrivacyAccountant`),
+over this project's ledger (:class:`fedkmeans.privacy.accountant.PrivacyLedger`),
 so a Flower DP strategy that trains on the same clients after a FedDP-KMeans run
 (``DifferentialPrivacyServerSideFixedClipping(..., accountant=ledger)``) composes its
 events with the run's releases and reports one epsilon for both.
@@ -37,7 +37,7 @@ from flwr.serverapp import (
 )
 
 from fedkmeans.config import ExperimentConfig
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 
 __all__ = ["FlowerLedger", "flower_ledger"]
 
@@ -50,12 +50,12 @@ class FlowerLedger:
 
     Parameters
     ----------
-    ledger : fedkmeans.privacy.accountant.PrivacyAccountant
+    ledger : fedkmeans.privacy.accountant.PrivacyLedger
         The run's ledger; events composed here are appended to it.
     config : flwr.serverapp.PrivacyConfig
     """
 
-    def __init__(self, ledger: PrivacyAccountant, config: PrivacyConfig) -> None:
+    def __init__(self, ledger: PrivacyLedger, config: PrivacyConfig) -> None:
         self._ledger = ledger
         self._config = config
 
@@ -70,7 +70,7 @@ class FlowerLedger:
         return len(self._ledger.releases)
 
     @property
-    def ledger(self) -> PrivacyAccountant:
+    def ledger(self) -> PrivacyLedger:
         """The underlying ledger."""
         return self._ledger
 
@@ -115,10 +115,10 @@ class FlowerLedger:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Replace the ledger by one from :meth:`state_dict`."""
-        self._ledger = PrivacyAccountant.from_state_dict(state["ledger"])  # type: ignore[arg-type]
+        self._ledger = PrivacyLedger.from_state_dict(state["ledger"])  # type: ignore[arg-type]
 
 
-def flower_ledger(config: ExperimentConfig, ledger: PrivacyAccountant,
+def flower_ledger(config: ExperimentConfig, ledger: PrivacyLedger,
                   sampling_method: SamplingMethod = SamplingMethod.NO_AMPLIFICATION,
                   max_epsilon: float | None = None) -> FlowerLedger:
     """The run's ledger as Flower's accountant, or ValueError saying why it cannot be.
@@ -127,7 +127,7 @@ def flower_ledger(config: ExperimentConfig, ledger: PrivacyAccountant,
     ----------
     config : ExperimentConfig
         The run's (resolved) config.
-    ledger : PrivacyAccountant
+    ledger : PrivacyLedger
         The run's ledger (its releases keep their own sampling rates).
     sampling_method : SamplingMethod
         How the events composed later are sampled: ``NO_AMPLIFICATION`` (the default;

@@ -136,7 +136,7 @@ class KMeansStrategy(Strategy):
                  delta: float = 1e-6, level: str = "datapoint", *,
                  server_data: Any, **settings: Any) -> None:
         if not self.algorithm:
-            raise TypeError("KMeansStrategy is abstract: use FedDPKMeans or a baseline")
+            raise TypeError("KMeansStrategy is abstract: use FedDPKMeansStrategy or a baseline")
         self.server_x = server_points(server_data)
         self.config = build_config(self.algorithm, n_clusters, epsilon, delta, level,
                                    settings, self.server_x, self.caller_words)

@@ -1,6 +1,6 @@
 """A strategy's keyword arguments as a validated :class:`~fedkmeans.config.ExperimentConfig`.
 
-``FedDPKMeans(n_clusters=3, epsilon=1.0, server_data=Q, lloyds_steps=5)``: the named
+``FedDPKMeansStrategy(n_clusters=3, epsilon=1.0, server_data=Q, lloyds_steps=5)``: the named
 arguments are the config's ``k``, ``privacy.epsilon``, ``privacy.delta`` and
 ``privacy.level``; every other keyword is a config attribute by its name
 (``lloyds_steps`` -> ``privacy.lloyds-steps``, ``num_nodes`` -> ``federation.num-nodes``,

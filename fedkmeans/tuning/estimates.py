@@ -405,15 +405,17 @@ def _survival(ranks: np.ndarray, sigma: float) -> np.ndarray:
     weighted least-squares non-increasing sequence (isotonic regression, weights
     ``w_b**2``, the inverse noise variances): a bin cleaned to 0 below seen ones is
     pooled with them, and a flat run of bins reads at the precision of its widest.
-    Bins holding no integer take the next bin's value.
+    Bins holding no integer take the next bin's value. The fit is SciPy's
+    ``scipy.optimize.isotonic_regression`` (what ``sklearn.isotonic.isotonic_regression``
+    calls, without scikit-learn's import of pandas).
     """
-    from sklearn.isotonic import isotonic_regression  # deferred: sklearn loads pandas
+    from scipy.optimize import isotonic_regression  # deferred: loaded with dp_accounting
 
     widths = rank_widths()
     holds = widths > 0
     average = cleaned(ranks, sigma)[holds] / widths[holds]
-    fitted = isotonic_regression(average, sample_weight=widths[holds].astype(float) ** 2,
-                                 increasing=False)
+    fitted = isotonic_regression(average, weights=widths[holds].astype(float) ** 2,
+                                 increasing=False).x
     out = np.zeros(widths.size)
     out[holds] = np.maximum(fitted, 0.0)
     return np.maximum.accumulate(out[::-1])[::-1]

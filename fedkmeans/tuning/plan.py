@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fedkmeans.algorithms import algorithm
-from fedkmeans.config import ExperimentConfig, PrivacyConfig, parse_config
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.config import ExperimentConfig, PrivacySettings, parse_config
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
 from fedkmeans.tuning.resolve import RUNTIME_AUTO
@@ -68,7 +68,7 @@ class RunPlan:
 
     def epsilon(self) -> float:
         """The PLD accountant's epsilon of :attr:`ledger` at the config's delta (0 if empty)."""
-        accountant = PrivacyAccountant()
+        accountant = PrivacyLedger()
         for release in self.ledger:
             accountant.record(release)
         return accountant.get_epsilon(self.config.privacy.delta) if self.ledger else 0.0
@@ -98,7 +98,7 @@ def needs_estimates(config: ExperimentConfig) -> bool:
     return config.is_private and bool(fed) and bool(releases)
 
 
-def estimate_release(privacy: PrivacyConfig) -> Release:
+def estimate_release(privacy: PrivacySettings) -> Release:
     """The estimate round's release, its noise fixed before the rest of the plan exists.
 
     Sensitivity from the stage's statistic (:mod:`fedkmeans.stages.estimate`), noise

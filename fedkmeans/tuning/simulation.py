@@ -10,11 +10,7 @@ drawn). Nothing of the real clients is read.
 
 from __future__ import annotations
 
-import logging
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Iterator
 
 import numpy as np
 
@@ -124,33 +120,6 @@ class SimulatedPool:
         return [part for part in np.split(ids, cuts) if part.size] or [ids]
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence the project's warnings (uniform-weight fallbacks) during a simulation.
-
-    Simulations may run on several threads at once (:func:`~fedkmeans.tuning.search.
-    search`): the first to start sets the level, the last to end restores it.
-    """
-    logger = logging.getLogger("fedkmeans")
-    with _QUIET_LOCK:
-        if not _QUIET:
-            _QUIET.append(logger.level)
-            logger.setLevel(logging.ERROR)
-        _QUIET.append(None)
-    try:
-        yield
-    finally:
-        with _QUIET_LOCK:
-            _QUIET.pop()
-            if len(_QUIET) == 1:
-                logger.setLevel(_QUIET.pop())
-
-
-#: The level :func:`_quiet` restores, then one entry per simulation running.
-_QUIET: list = []
-_QUIET_LOCK = threading.Lock()
-
-
 def simulate_cost(
     config: ExperimentConfig,
     federation: SimulatedFederation,
@@ -183,7 +152,6 @@ def simulate_cost(
               for r in releases}
     # central noise of the ledger's scale: what SecAgg's shares add up to
     ctx = wire_context(sim_config, SimulatedPool(node, federation), federation.server_x,
-                       scaled, settings={}, progress=False, secagg=False)
-    with _quiet():
-        centers = algorithm(config.algorithm).run(ctx)
+                       scaled, settings={}, progress=False, warnings=False, secagg=False)
+    centers = algorithm(config.algorithm).run(ctx)
     return federation.cost(centers)

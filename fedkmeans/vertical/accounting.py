@@ -318,7 +318,7 @@ def rr_pld(epsilon: float, outputs: int, m: int):
     Not through ``PLDAccountant`` (the horizontal accountant's route): in
     dp-accounting 0.6.0 it composes a ``RandomizedResponseDpEvent`` once whatever its
     count (30 reports at eps = 1, k = 3 give 0.99998 instead of 26.667), and its fixed
-    1e-4 discretisation would round each loss up. The project's ``PrivacyAccountant``
+    1e-4 discretisation would round each loss up. The project's ``PrivacyLedger``
     knows only the Gaussian and Laplace mechanisms.
 
     Parameters

@@ -26,7 +26,7 @@ from fedkmeans.attacks import sensitivity_audit as sa
 from fedkmeans.attacks.audit_plan import budget_audit, run_plans
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, sensitivity_audit
 from fedkmeans.experiment import audit as audit_cli
-from fedkmeans.privacy.accountant import PrivacyAccountant
+from fedkmeans.privacy.accountant import PrivacyLedger
 from fedkmeans.stages import spec
 from fedkmeans.tuning import plan as run_plan
 
@@ -208,7 +208,7 @@ def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monke
     [row] = [r for r in budget_audit(config, {"estimate/estimates": math.sqrt(2)})
              if r.plan == "feddp-kmeans"]
     ledger = run_plans(config)["feddp-kmeans"].ledger
-    accountant = PrivacyAccountant()
+    accountant = PrivacyLedger()
     for release in ledger:
         accountant.record(dataclasses.replace(release, sensitivity=math.sqrt(2))
                           if release.stage == "estimate/estimates" else release)

@@ -27,7 +27,7 @@ from fedkmeans.config import (
 from fedkmeans.experiment.cli import compose_flat, typed_keys
 from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.server_app import app as server_app
-from fedkmeans.strategies import FedDPKMeans
+from fedkmeans.strategies import FedDPKMeansStrategy
 
 CLIENT_BOUNDS = ["privacy.clip-covariance", "privacy.clip-histogram", "privacy.clip-sums",
                  "privacy.clip-counts"]
@@ -119,6 +119,6 @@ def test_pyproject_s_run_config_mirror_reads_every_key_it_sets():
 def test_a_strategy_refuses_a_keyword_the_run_never_reads():
     server = np.random.default_rng(0).normal(size=(30, 3))
     with pytest.raises(ConfigError, match="^clip_sums does nothing.*level = 'client'"):
-        FedDPKMeans(n_clusters=3, server_data=server, clip_sums=5.0)
-    strategy = FedDPKMeans(n_clusters=3, server_data=server, level="client", clip_sums=5.0)
+        FedDPKMeansStrategy(n_clusters=3, server_data=server, clip_sums=5.0)
+    strategy = FedDPKMeansStrategy(n_clusters=3, server_data=server, level="client", clip_sums=5.0)
     assert strategy.config.privacy.clip_sums == 5.0

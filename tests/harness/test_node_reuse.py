@@ -96,10 +96,10 @@ def test_the_memory_bound_drops_kept_rows_least_recently_used_node_first(monkeyp
     rows = first.reusable.nbytes
     points = first.nbytes - rows
     monkeypatch.setattr(client_app, "_NODES", OrderedDict([("a", first), ("b", second)]))
-    monkeypatch.setattr(client_app, "_BUDGET", [2 * points + rows])
+    monkeypatch.setattr(client_app, "_CURRENT", client_app._CurrentRun(budget=2 * points + rows))
     client_app.keep_within_budget()
     assert (len(first.reusable), len(second.reusable)) == (0, 3)
-    monkeypatch.setattr(client_app, "_BUDGET", [2 * points])
+    monkeypatch.setattr(client_app, "_CURRENT", client_app._CurrentRun(budget=2 * points))
     client_app.keep_within_budget()  # the current node's rows too; no point is spilled
     assert len(second.reusable) == 0 and not first.spilled and not second.spilled
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -139,22 +141,60 @@ def test_the_optimal_cost_computes_scikit_learn_s_tolerance_in_blocks(monkeypatc
     assert abs(cost - metrics.kmeans_cost(x, model.cluster_centers_)) <= 1e-9 * cost
 
 
+def test_the_pinned_scikit_learn_sets_what_the_tolerance_override_replaces():
+    """The pin of pyproject.toml holds, and on the installed scikit-learn the private
+    method the optimal cost overrides still sets the tolerance, and only with ``np.var``
+    (what the override replaces), and everything else fit reads from it as before."""
+    from importlib.metadata import version
+
+    import sklearn
+    import tomllib
+    from packaging.specifiers import SpecifierSet
+    from sklearn.cluster import KMeans
+
+    from fedkmeans.clustering import optimal
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                              .read_text())
+    pins = [d for d in pyproject["project"]["dependencies"] if d.startswith("scikit-learn")]
+    assert pins == [f"scikit-learn{optimal.SKLEARN_PINNED}"]
+    assert version("scikit-learn") in SpecifierSet(optimal.SKLEARN_PINNED)
+    assert sklearn.__version__ == version("scikit-learn")
+    x = np.random.default_rng(3).normal(size=(300, 4)) * [1.0, 2.0, 3.0, 4.0]
+    stock, lean = KMeans(4, n_init=3, tol=1e-3), optimal._lean_kmeans(KMeans)(
+        4, n_init=3, tol=1e-3)
+    stock._check_params_vs_input(x)
+    lean._check_params_vs_input(x)
+    assert stock._tol == pytest.approx(np.mean(np.var(x, axis=0)) * 1e-3, rel=1e-12)
+    assert lean._tol == pytest.approx(stock._tol, rel=1e-12)
+    private = {k: v for k, v in vars(stock).items() if k.startswith("_") and k != "_tol"}
+    assert private and private == {k: v for k, v in vars(lean).items()
+                                   if k.startswith("_") and k != "_tol"}
+    assert lean.tol == 1e-3  # the public parameter is left as it was
+
+
 def test_the_optimal_cost_s_seeding_in_blocks_is_scikit_learn_s():
-    """The same k-means++ seeds as scikit-learn's, over several row blocks."""
-    from sklearn.cluster._kmeans import _kmeans_plusplus
-    from sklearn.utils.extmath import row_norms
+    """The same k-means++ seeds as scikit-learn's public ``kmeans_plusplus``, in row
+    blocks, and the same fit as ``init="k-means++"`` through the ``init`` callable."""
+    from sklearn.cluster import KMeans, kmeans_plusplus
 
     from fedkmeans.clustering import optimal
 
     rng = np.random.default_rng(4)
     x = rng.normal(size=(40_000, 20)) + rng.integers(0, 6, size=(40_000, 1))
-    norms, weights = row_norms(x, squared=True), np.ones(x.shape[0])
-    expected, _ = _kmeans_plusplus(x, 10, x_squared_norms=norms, sample_weight=weights,
-                                   random_state=np.random.RandomState(7))
+    norms, weights = np.einsum("ij,ij->i", x, x), np.ones(x.shape[0])
+    expected, _ = kmeans_plusplus(x, 10, x_squared_norms=norms, sample_weight=weights,
+                                  random_state=np.random.RandomState(7))
     seeds = optimal._kmeans_plusplus_in_blocks(x, 10, norms, weights,
                                                np.random.RandomState(7))
     assert x.shape[0] > optimal._LEAN_BLOCK_ENTRIES // x.shape[1]  # several blocks
     np.testing.assert_array_equal(seeds, expected)
+    small = x[:3000]
+    by_name = KMeans(10, n_init=2, random_state=5).fit(small)
+    by_callable = KMeans(10, init=optimal._greedy_kmeans_plusplus, n_init=2,
+                         random_state=5).fit(small)
+    np.testing.assert_array_equal(by_callable.cluster_centers_, by_name.cluster_centers_)
+    assert by_callable.n_iter_ == by_name.n_iter_
 
 
 @pytest.mark.parametrize("spill", [False, True])

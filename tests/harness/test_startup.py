@@ -4,8 +4,8 @@ Each import runs in a fresh interpreter, with this checkout first on the path, a
 prints which of the heavy packages it loaded. The table readers and partitioners
 (pandas, pyarrow, Flower Datasets) load when a file is read, Ray with the flower
 engine, dp_accounting (scipy.signal, scipy.stats) when a ledger is accounted, and
-scikit-learn when k-means runs (without the pandas it would load:
-``fedkmeans.clustering.scikit``). ``benchmarks/startup.py``
+scikit-learn (with the pandas it loads) only when a k-means that uses it runs
+(``fedkmeans.clustering.scikit``). ``benchmarks/startup.py``
 measures what this saves (docs/results/startup.md).
 """
 
@@ -47,7 +47,7 @@ def test_import_fedkmeans_loads_no_table_reader_nor_ray():
 
 
 def test_import_experiment_loads_no_table_reader_ray_accountant_nor_sklearn():
-    assert loaded_after("import fedkmeans.experiment", TABLES + ACCOUNTING) == []
+    assert loaded_after("import fedkmeans.experiment.cli", TABLES + ACCOUNTING) == []
 
 
 def test_a_node_process_loads_no_table_reader_ray_accountant_nor_sklearn():
@@ -93,23 +93,48 @@ def test_the_deferred_accounting_builds_the_same_events_and_plds(name):
     assert np.isfinite(built.get_epsilon_for_delta(1e-6))
 
 
-def test_a_run_that_reads_no_table_loads_no_pandas(tmp_path):
-    # scikit-learn imports pandas when it is installed; k-means loads it without
-    # (fedkmeans.clustering.scikit), so a generated data set's run never loads it.
-    run = ("from fedkmeans.experiment import run; run(['optimal-cost=skip', "
+def test_a_run_that_reads_no_table_loads_neither_pandas_nor_scikit_learn(tmp_path):
+    # scikit-learn imports pandas when it is installed, so a run whose k-means, isotonic
+    # fit and mutual information need no scikit-learn (the default run's) loads neither
+    # (fedkmeans.clustering.scikit); the control: its optimal cost is scikit-learn's.
+    run = ("from fedkmeans.experiment import run; run([{skip}"
            "'data.num-clients=6', 'data.points-per-client=30', 'privacy.epsilon=3', "
-           f"'output-dir={tmp_path / 'run'}'])")
-    assert loaded_after(run, TABLES + ("sklearn",)) == ["sklearn"]
-
-
-def test_pandas_still_loads_after_scikit_learn_did_without_it():
-    statement = ("from fedkmeans.clustering.scikit import load_sklearn; load_sklearn(); "
-                 "import sklearn.cluster, pandas; assert pandas.DataFrame")
-    assert loaded_after(statement, ("pandas", "sklearn")) == ["pandas", "sklearn"]
+           f"'output-dir={tmp_path / 'run'}{{name}}'])")
+    assert loaded_after(run.format(skip="'optimal-cost=skip', ", name=1),
+                        TABLES + ("sklearn",)) == []
+    assert loaded_after(run.format(skip="", name=2), ("sklearn",)) == ["sklearn"]
 
 
 def test_import_experiment_loads_neither_the_server_nor_flower():
     # The preflight's radius check reads the algorithm registry when it runs: at import
     # the server's context, its pool and flwr.app (0.44 s) stay unloaded.
     watched = ("flwr.app", "fedkmeans.server.context", "fedkmeans.algorithms")
-    assert loaded_after("import fedkmeans.experiment", watched) == []
+    assert loaded_after("import fedkmeans.experiment.cli", watched) == []
+
+
+#: The honest default run, small: what the command line and ``experiment.run`` are given.
+HONEST = ["optimal-cost=skip", "data.num-clients=6", "data.points-per-client=30",
+          "privacy.epsilon=3"]
+
+
+def test_the_honest_run_imports_nothing_of_the_attack_suite(tmp_path):
+    """``server_app``'s promise, from the command line (``-X importtime`` lists every
+    module the process imported) and through the Python API; the control: composing
+    ``attack=curious`` loads it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedkmeans.experiment", *HONEST,
+         f"output-dir={tmp_path / 'cli'}"],
+        env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "fedkmeans.experiment.runner" in imported  # the probe sees the run's modules
+    assert not {m for m in imported if m.startswith("fedkmeans.attacks")}
+    # any module of the suite imports the package first
+    overrides = [*HONEST, "output-dir=" + str(tmp_path / "api")]
+    run = f"from fedkmeans.experiment import run; run({overrides!r})"
+    assert loaded_after(run, ("fedkmeans.attacks",)) == []
+    compose = "from fedkmeans.experiment.cli import compose_flat; compose_flat(['attack=curious'])"
+    assert loaded_after(compose, ("fedkmeans.attacks",)) == ["fedkmeans.attacks"]

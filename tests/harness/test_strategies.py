@@ -25,7 +25,7 @@ from fedkmeans.config import ConfigError, parse_config
 from fedkmeans.config_node import node_config, node_settings
 from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
-from fedkmeans.strategies import STRATEGIES, FedDPKMeans, KMeansStrategy
+from fedkmeans.strategies import STRATEGIES, FedDPKMeansStrategy, KMeansStrategy
 
 NODES = 3
 
@@ -105,7 +105,7 @@ def test_the_non_private_evaluation_round_matches_the_experiment_s(tmp_path):
     flat = {**SMALL, "privacy.reproducible-noise": True, "output-dir": str(tmp_path / "o")}
     expected = run_server_inprocess(flat, num_nodes=NODES)
     config = parse_config(flat)
-    strategy = FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+    strategy = FedDPKMeansStrategy(n_clusters=4, server_data=data_access.load_server(config)[0],
                            **_settings(flat))
     result = strategy.start(grid=_grid(_user_app(config)), evaluate_clients=True)
     evaluation = next(iter(result.evaluate_metrics_clientapp.values()))
@@ -116,33 +116,33 @@ def test_the_non_private_evaluation_round_matches_the_experiment_s(tmp_path):
 def test_bad_settings_are_one_config_error_naming_the_key():
     q = np.zeros((20, 3))
     with pytest.raises(ConfigError, match="^epsilon must be"):
-        FedDPKMeans(n_clusters=2, epsilon=-1.0, server_data=q)
+        FedDPKMeansStrategy(n_clusters=2, epsilon=-1.0, server_data=q)
     with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['lloyd_steps'\]"):
-        FedDPKMeans(n_clusters=2, server_data=q, lloyd_steps=3)
+        FedDPKMeansStrategy(n_clusters=2, server_data=q, lloyd_steps=3)
     with pytest.raises(ConfigError, match="^n_clusters must be at most the number of server "
                                           r"points \(20 in server_data\)"):
-        FedDPKMeans(n_clusters=21, server_data=q)
+        FedDPKMeansStrategy(n_clusters=21, server_data=q)
     with pytest.raises(ConfigError, match="^count_noise must be 'auto' or 'gaussian' when "
                                           "aggregation = 'secagg'"):
-        FedDPKMeans(n_clusters=2, server_data=q, level="client", aggregation="secagg",
+        FedDPKMeansStrategy(n_clusters=2, server_data=q, level="client", aggregation="secagg",
                     count_noise="laplace")
     with pytest.raises(ConfigError, match="^preprocessing must be one of 'center', "
                                           "'standardize', 'none'"):
-        FedDPKMeans(n_clusters=2, server_data=q, preprocessing="minmax")
+        FedDPKMeansStrategy(n_clusters=2, server_data=q, preprocessing="minmax")
     with pytest.raises(ConfigError, match=r"unknown strategy setting\(s\) \['center'\]"):
-        FedDPKMeans(n_clusters=2, server_data=q, center=False)  # preprocessing= says it
+        FedDPKMeansStrategy(n_clusters=2, server_data=q, center=False)  # preprocessing= says it
     with pytest.raises(ValueError, match="server_data"):
-        FedDPKMeans(n_clusters=2, server_data=np.zeros(5))
+        FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros(5))
     secret = np.array([["1.0", "s3cr3t-Paris"], ["2.0", "3.0"]], dtype=object)
     with pytest.raises(ValueError, match="^server_data must be numbers") as err:
-        FedDPKMeans(n_clusters=2, server_data=secret)
+        FedDPKMeansStrategy(n_clusters=2, server_data=secret)
     assert "s3cr3t" not in "".join(traceback.format_exception(err.value))
     with pytest.raises(TypeError, match="abstract"):
         KMeansStrategy(server_data=q)
 
 
 def test_the_hooks_that_are_not_the_protocol_s_say_so():
-    strategy = FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)))
+    strategy = FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros((20, 3)))
     with pytest.raises(NotImplementedError, match="not Flower training rounds"):
         strategy.configure_train(1, ArrayRecord(), ConfigRecord(), None)
     with pytest.raises(NotImplementedError, match="start"):
@@ -152,7 +152,7 @@ def test_the_hooks_that_are_not_the_protocol_s_say_so():
     assert strategy.aggregate_evaluate(1, []) is None
     assert strategy.privacy_spent() == PrivacySpent(0.0, 1e-6, 0, strategy.privacy_spent()
                                                     .accounting_method)
-    spent = FedDPKMeans(n_clusters=2, epsilon=float("inf"),
+    spent = FedDPKMeansStrategy(n_clusters=2, epsilon=float("inf"),
                         server_data=np.zeros((20, 3))).privacy_spent()
     assert spent.epsilon == float("inf") and spent.num_releases == 0  # as documented
     with pytest.raises(ValueError, match="num_rounds must be left unset"):
@@ -171,7 +171,7 @@ def test_the_estimator_and_the_strategies_share_their_defaults():
     for name in ("n_clusters", "epsilon", "delta", "level"):
         assert strategy[name].default == estimator[name].default, name
     assert estimator["n_clusters"].default == 8  # scikit-learn's KMeans default
-    config = FedDPKMeans(server_data=np.zeros((20, 3))).config
+    config = FedDPKMeansStrategy(server_data=np.zeros((20, 3))).config
     for name in ("lloyds_steps", "data_radius", "max_points_per_client", "split"):
         assert getattr(config.privacy, name) == estimator[name].default, name
 
@@ -180,7 +180,7 @@ def test_the_estimator_and_the_strategies_share_their_defaults():
 def test_a_harness_key_is_refused_in_one_line_not_ignored(key):
     with pytest.raises(ConfigError, match=f"^{key} is not a strategy setting: .*"
                                           "python -m fedkmeans.experiment") as err:
-        FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)), **{key: 1})
+        FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros((20, 3)), **{key: 1})
     assert "\n" not in str(err.value)
 
 
@@ -192,7 +192,7 @@ def test_start_s_timeout_is_each_round_s_timeout(monkeypatch):
         raise RuntimeError("stop")
 
     monkeypatch.setattr("fedkmeans.strategies.base.run_protocol", fake_run)
-    strategy = FedDPKMeans(n_clusters=2, server_data=np.zeros((20, 3)))
+    strategy = FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros((20, 3)))
     with pytest.raises(RuntimeError, match="stop"):
         strategy.start(None, timeout=12.5)
     assert seen["timeout"] == 12.5
@@ -242,9 +242,9 @@ def test_the_curious_wrapper_observes_without_changing_the_run_or_its_release(tm
     flat = {**SMALL, "privacy.reproducible-noise": True}
     config = parse_config(flat)
     server_x = data_access.load_server(config)[0]
-    honest = FedDPKMeans(n_clusters=4, server_data=server_x, **_settings(flat))
+    honest = FedDPKMeansStrategy(n_clusters=4, server_data=server_x, **_settings(flat))
     expected = honest.start(grid=_grid(_user_app(config)))
-    curious = CuriousServer(FedDPKMeans(n_clusters=4, server_data=server_x,
+    curious = CuriousServer(FedDPKMeansStrategy(n_clusters=4, server_data=server_x,
                                         **_settings(flat)), report_path=tmp_path / "r.json")
     result = curious.start(grid=_grid(_user_app(config)))
 
@@ -282,7 +282,7 @@ def test_under_secagg_the_mounted_nodes_give_the_experiment_s_bits(monkeypatch, 
             "privacy.reproducible-noise": True, "seed": 5, "output-dir": str(tmp_path / "o")}
     expected = run_server_inprocess(flat, num_nodes=NODES)
     config = parse_config(flat)
-    strategy = FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+    strategy = FedDPKMeansStrategy(n_clusters=4, server_data=data_access.load_server(config)[0],
                            seed=5, **_settings(flat))
     result = strategy.start(grid=_grid(_user_app(config)))
     assert result.privacy["aggregation"] == "secagg"
@@ -300,7 +300,7 @@ def test_the_client_level_ledger_is_flower_s_privacy_accountant(tmp_path):
 
     flat = {**SMALL, "privacy.level": "client", "privacy.public-num-clients": 12}
     config = parse_config(flat)
-    strategy = FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+    strategy = FedDPKMeansStrategy(n_clusters=4, server_data=data_access.load_server(config)[0],
                            level="client", **_settings(flat))
     with pytest.raises(RuntimeError, match="after start"):
         strategy.flower_accountant()
@@ -328,13 +328,13 @@ def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
     (Balle & Wang) Gaussian curve's epsilon, to the PLD's pessimistic discretisation."""
     from flwr.serverapp import GaussianPrivacyEvent
 
-    from fedkmeans.privacy.accountant import PrivacyAccountant
+    from fedkmeans.privacy.accountant import PrivacyLedger
     from fedkmeans.privacy.analytic_gaussian import gaussian_epsilon
     from fedkmeans.strategies.accounting import flower_ledger
 
     config = parse_config({"privacy.level": "client", "privacy.public-num-clients": 10,
                            "privacy.delta": 1e-5})
-    ledger = flower_ledger(config, PrivacyAccountant())
+    ledger = flower_ledger(config, PrivacyLedger())
     ledger.compose(GaussianPrivacyEvent(noise_multiplier=1.0, sample_size=10,
                                         population_size=10))
     exact = gaussian_epsilon(1.0, 1e-5)
@@ -345,9 +345,9 @@ def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
         ledger.compose(GaussianPrivacyEvent(noise_multiplier=1.0, sample_size=10,
                                             population_size=11))
     with pytest.raises(ValueError, match="one data point's"):
-        flower_ledger(parse_config({}), PrivacyAccountant())
+        flower_ledger(parse_config({}), PrivacyLedger())
     with pytest.raises(ValueError, match="privacy.public-num-clients"):
-        flower_ledger(parse_config({"privacy.level": "client"}), PrivacyAccountant())
+        flower_ledger(parse_config({"privacy.level": "client"}), PrivacyLedger())
 
 
 def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
@@ -366,7 +366,7 @@ def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
     handler = Lines()
     flower.addHandler(handler)
     try:
-        FedDPKMeans(n_clusters=4, server_data=data_access.load_server(config)[0],
+        FedDPKMeansStrategy(n_clusters=4, server_data=data_access.load_server(config)[0],
                     **_settings(flat)).start(grid=_grid(_user_app(config)))
     finally:
         flower.removeHandler(handler)

@@ -136,12 +136,12 @@ def test_the_server_s_memory_does_not_grow_with_the_number_of_clients():
 
 def test_a_curious_server_still_sees_every_client_s_row(small_config):
     """The observer keeps the rows itself; they equal the stacked path's."""
-    from fedkmeans.attacks.curious import CuriousServer
+    from fedkmeans.attacks.curious import CuriousObserver
     from fedkmeans.config import parse_config
 
     flat = {**small_config, "privacy.reproducible-noise": True,
             "federation.message-mb": 5 * 8 * 64 / 2**20}  # 5 clients per message
-    curious = CuriousServer(parse_config(flat))
+    curious = CuriousObserver(parse_config(flat))
     run_server_inprocess(flat, [curious])
     seen = curious.replies["init-1"]
     assert not seen.folded and seen.stats["covariance"].shape == (12, 8, 8)

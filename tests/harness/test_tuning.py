@@ -420,6 +420,37 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
     assert results[1] == results[2]  # the same choice and the same record, costs included
 
 
+def test_a_simulation_logs_no_warning_and_leaves_the_package_s_log_level_alone(
+        small_config, noiseless_estimates, monkeypatch, caplog):
+    """The simulated runs' contexts say no warning (a candidate's fallback is not the
+    run's); nothing changes the package logger's level, which other threads share."""
+    import logging
+
+    from fedkmeans.tuning import simulation
+
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "datapoint"})
+    server_x = np.random.default_rng(0).normal(size=(50, 8))
+    logger = logging.getLogger("fedkmeans")
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    seen: list[tuple] = []
+    real = simulation.algorithm
+
+    class Probe:
+        def __init__(self, name):
+            self.real = real(name)
+
+        def run(self, ctx):
+            seen.append((ctx.warnings, logger.level))
+            ctx.warn_once("probe")("a simulated run's warning")
+            return self.real.run(ctx)
+
+    monkeypatch.setattr(simulation, "algorithm", Probe)
+    with caplog.at_level(logging.INFO, logger="fedkmeans"):
+        resolve_auto(config, server_x, noiseless_estimates("datapoint"))
+    assert seen and set(seen) == {(False, logging.INFO)}
+    assert "a simulated run's warning" not in caplog.text
+
+
 def test_candidates_with_the_same_clips_share_step_1_s_folded_sum():
     from fedkmeans.node import NodeData
     from fedkmeans.server.aggregation import Fold, RunningSums

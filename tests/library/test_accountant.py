@@ -6,13 +6,13 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy.stats import norm
 
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release, gaussian_epsilon
+from fedkmeans.privacy.accountant import PrivacyLedger, Release, gaussian_epsilon
 
 DELTA = 1e-6
 
 
 def _acc(*releases):
-    acc = PrivacyAccountant()
+    acc = PrivacyLedger()
     for r in releases:
         acc.record(r)
     return acc
@@ -89,7 +89,7 @@ def test_sampled_joint_group_is_one_gaussian_with_z_eff():
 
 
 def test_laplace_in_sampled_multi_release_group_raises():
-    acc = PrivacyAccountant()
+    acc = PrivacyLedger()
     acc.record(Release("lloyd/sums", "gaussian", 11.0, 10.0, 0.01, "lloyd-0"))
     with pytest.raises(ValueError, match="subsampling trap"):
         acc.record(Release("lloyd/counts", "laplace", 1.0, 0.5, 0.01, "lloyd-0"))
@@ -100,7 +100,7 @@ def test_laplace_in_sampled_multi_release_group_raises():
 
 
 def test_group_must_share_sampling_rate():
-    acc = PrivacyAccountant()
+    acc = PrivacyLedger()
     acc.record(Release("a", "gaussian", 1.0, 1.0, 0.5, "g"))
     with pytest.raises(ValueError, match="sampling_rate"):
         acc.record(Release("b", "gaussian", 1.0, 1.0, 0.25, "g"))
@@ -165,7 +165,7 @@ def test_get_delta_inverts_get_epsilon():
     epsilon = acc.get_epsilon(DELTA)
     assert acc.get_delta(epsilon) == pytest.approx(DELTA, rel=1e-2)
     assert acc.get_delta(epsilon + 0.5) < DELTA < acc.get_delta(epsilon - 0.5)
-    assert PrivacyAccountant().get_delta(1.0) == 0.0
+    assert PrivacyLedger().get_delta(1.0) == 0.0
     assert _acc(Release("a", "gaussian", 1.0, 0.0)).get_delta(1.0) == 1.0
     for bad in (-1.0, math.inf, math.nan, True):
         with pytest.raises(ValueError, match="epsilon"):
@@ -173,7 +173,7 @@ def test_get_delta_inverts_get_epsilon():
 
 
 def test_empty_and_noiseless():
-    assert PrivacyAccountant().get_epsilon(DELTA) == 0.0
+    assert PrivacyLedger().get_epsilon(DELTA) == 0.0
     acc = _acc(Release("a", "gaussian", 1.0, 5.0), Release("b", "laplace", 1.0, 0.0))
     assert acc.get_epsilon(DELTA) == math.inf
     sampled = _acc(Release("a", "gaussian", 1.0, 0.0, 0.01))
@@ -217,7 +217,7 @@ def test_state_dict_round_trip():
         Release("lloyd/counts", "gaussian", 1.0, 4.0, 0.05, "lloyd-0"),
     )
     state = json.loads(json.dumps(acc.state_dict()))
-    back = PrivacyAccountant.from_state_dict(state)
+    back = PrivacyLedger.from_state_dict(state)
     assert back.releases == acc.releases
     coarse = dict(discretization=1e-3)
     assert back.get_epsilon(DELTA, **coarse) == acc.get_epsilon(DELTA, **coarse)
@@ -230,7 +230,7 @@ def test_state_dict_round_trip():
         "group": "lloyd-0",
     }
     with pytest.raises(ValueError, match="version"):
-        PrivacyAccountant.from_state_dict({"releases": []})
+        PrivacyLedger.from_state_dict({"releases": []})
 
 
 @pytest.mark.parametrize(

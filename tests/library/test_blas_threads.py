@@ -22,7 +22,7 @@ def test_block_products_get_the_process_s_threads_only_when_the_node_runs_alone(
             assert _threads() == 1  # under Flower: nodes share the cores
         with blas_threads.running_alone():
             with blas_threads.block_product_threads():
-                assert _threads() == blas_threads._BLAS[1] == before
+                assert _threads() == blas_threads._process_blas().threads == before
             assert _threads() == 1
     assert _threads() == before
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from fedkmeans.privacy.accountant import PrivacyAccountant, Release
+from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import PlannedRelease, analytic_gaussian_sigma, calibrate
 
 DELTA = 1e-6
@@ -51,7 +51,7 @@ PLANS = {
 
 
 def _epsilon(releases):
-    acc = PrivacyAccountant()
+    acc = PrivacyLedger()
     for r in releases:
         acc.record(r)
     return acc.get_epsilon(DELTA)

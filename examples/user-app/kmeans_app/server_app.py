@@ -7,7 +7,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedkmeans.attacks.strategy import CuriousServer
-from fedkmeans.strategies import FedDPKMeans
+from fedkmeans.strategies import FedDPKMeansStrategy
 
 app = ServerApp()
 
@@ -21,7 +21,7 @@ def main(grid: Grid, context: Context) -> None:
     rng = np.random.default_rng(0)
     modes = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
     server_data = modes[rng.integers(0, 3, 60)] + rng.normal(scale=1.5, size=(60, 2))
-    strategy = FedDPKMeans(n_clusters=3, epsilon=float(config["epsilon"]),
+    strategy = FedDPKMeansStrategy(n_clusters=3, epsilon=float(config["epsilon"]),
                            server_data=server_data, num_nodes=int(config["num-nodes"]))
     if config["curious"]:
         strategy = CuriousServer(strategy, report_path=out / "curious.json")
