@@ -154,7 +154,7 @@ def test_the_pinned_scikit_learn_sets_what_the_tolerance_override_replaces():
 
     from fedkmeans.clustering import optimal
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml")
                               .read_text())
     pins = [d for d in pyproject["project"]["dependencies"] if d.startswith("scikit-learn")]
     assert pins == [f"scikit-learn{optimal.SKLEARN_PINNED}"]
