@@ -28,6 +28,7 @@ from fedkmeans.engines.inprocess import run_inprocess
 from fedkmeans.experiment import compose_flat, typed_keys
 from fedkmeans.server_app import app as server_app
 from fedkmeans.strategies import FedDPKMeans
+from fedkmeans.sweep import unread_by_every_job
 
 CLIENT_BOUNDS = ["privacy.clip-covariance", "privacy.clip-histogram", "privacy.clip-sums",
                  "privacy.clip-counts"]
@@ -53,15 +54,38 @@ def test_the_command_line_refuses_a_typed_key_the_run_never_reads(tmp_path, args
     assert not (tmp_path / "outputs").exists()  # before any data is read or node started
 
 
-def test_a_sweep_job_whose_key_does_nothing_fails_and_the_sweep_goes_on(tmp_path):
-    proc = _cli(["-m", "privacy.clip-sums=100,200", f"hydra.sweep.dir={tmp_path}/sweep"],
-                tmp_path)
-    assert proc.returncode == 1, proc.stderr  # a failed job: status 1
+#: A small mixture: a sweep job of about a second.
+TINY = ["data.dim=4", "data.components=2", "k=2", "data.num-clients=4",
+        "data.points-per-client=20", "data.server-points-per-component=10",
+        "optimal-cost=skip", "federation.num-nodes=2", "tuning=none"]
+
+
+def test_a_sweep_runs_a_job_that_does_not_read_a_typed_key_and_says_so(tmp_path):
+    """Typed keys counting in some jobs are reset in the others; one read by none fails."""
+    proc = _cli(["-m", "privacy.epsilon=1,inf", "privacy.data-radius=5",
+                 "privacy.clip-sums=7", *TINY, f"hydra.sweep.dir={tmp_path}/sweep"], tmp_path)
     with open(tmp_path / "sweep" / "results.csv") as handle:
-        rows = list(csv.DictReader(handle))
-    assert len(rows) == 2
-    assert all(row["status"] == "failed" and "'privacy.clip-sums' does nothing" in row["error"]
-               for row in rows)
+        rows = {row["overrides"].split()[0].partition("=")[2]: row
+                for row in csv.DictReader(handle)}
+    assert {row["status"] for row in rows.values()} == {"ok"}, proc.stderr
+    assert rows["1"]["unread_keys"] == "privacy.clip-sums"
+    assert rows["1"]["privacy.data-radius"] == "5.0"  # read: clipped at 5
+    assert rows["inf"]["unread_keys"] == "privacy.data-radius privacy.clip-sums"
+    assert rows["inf"]["privacy.data-radius"] == "auto"  # as its release.json says
+    assert "[sweep] privacy.data-radius does nothing in this job (read only with a " \
+           "private run" in proc.stdout
+    # clip-sums counts in no job (data-point level): the sweep exits 1 naming it
+    assert proc.returncode == 1
+    assert "[sweep] privacy.clip-sums: typed, but no job read it" in proc.stderr
+
+
+def test_a_key_counts_in_no_job_only_when_every_finished_job_left_it_unread():
+    rows = [{"status": "ok", "unread_keys": "privacy.split privacy.delta"},
+            {"status": "ok", "unread_keys": "privacy.delta"},
+            {"status": "failed", "unread_keys": ""}]
+    assert unread_by_every_job(rows) == ["privacy.delta"]
+    assert unread_by_every_job(rows[:1] + [{"status": "ok", "unread_keys": ""}]) == []
+    assert unread_by_every_job(rows[2:]) == []
 
 
 @pytest.mark.parametrize("dataset", ["nycflights", "mplsstops", "mixture-client"])
