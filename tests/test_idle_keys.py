@@ -146,3 +146,56 @@ def test_a_strategy_refuses_a_keyword_the_run_never_reads():
         FedDPKMeans(n_clusters=3, server_data=server, clip_sums=5.0)
     strategy = FedDPKMeans(n_clusters=3, server_data=server, level="client", clip_sums=5.0)
     assert strategy.config.privacy.clip_sums == 5.0
+
+
+@pytest.mark.parametrize("args, key, reads", [
+    (["privacy.epsilon=inf", "privacy.data-radius=5"], "privacy.data-radius", "a private run"),
+    (["privacy.epsilon=inf", "data.center=false"], "data.center", "a private run"),
+    (["privacy.epsilon=inf", "privacy.split='0.2,0.2,0.3,0.3'"], "privacy.split",
+     "FedDP-Init"),
+    (["algorithm=kfed", "privacy.epsilon=2"], "privacy.epsilon", "a private algorithm"),
+    (["algorithm=server-lloyds", "privacy.split='0.2,0.2,0.3,0.3'"], "privacy.split",
+     "FedDP-Init"),
+    (["algorithm=server-lloyds", "privacy.min-server-weight=3"], "privacy.min-server-weight",
+     "FedDP-Init"),
+    (["tuning=none", "privacy.estimate-share=0.1"], "privacy.estimate-share",
+     "an estimate round"),
+])
+def test_a_single_run_refuses_a_typed_key_of_settings_it_does_not_have(args, key, reads):
+    with pytest.raises(ConfigError, match=f"'{key}' does nothing in this run.*{reads}"):
+        compose_flat(args)
+
+
+def test_the_keys_a_non_private_run_reads_are_kept():
+    flat = compose_flat(["privacy.epsilon=inf", "privacy.lloyds-steps=2",
+                         "privacy.min-cluster-count=3", "privacy.extra-centers=1"])
+    assert (flat["privacy.lloyds-steps"], flat["privacy.min-cluster-count"],
+            flat["privacy.extra-centers"]) == (2, 3.0, 1)
+    assert compose_flat(["privacy.estimate-share=0.1"])["privacy.estimate-share"] == 0.1
+
+
+def test_the_hand_preset_of_a_non_private_run_goes_back_to_the_defaults():
+    defaults = ExperimentConfig().to_flat()
+    flat = compose_flat(["tuning=none", "privacy=client", "privacy.epsilon=inf"])
+    for key in ("privacy.split", "privacy.data-radius", "privacy.level", *CLIENT_BOUNDS):
+        assert flat[key] == defaults[key], key
+    assert flat["privacy.lloyds-steps"] == 0  # read: T rounds of exact Lloyd steps
+
+
+def test_an_algorithm_without_feddp_init_neither_searches_nor_estimates_the_split():
+    hand = {"privacy.lloyds-steps": 2, "privacy.data-radius": 5.0,
+            "privacy.max-points-per-client": 40}
+    lloyds = parse_config({"algorithm": "server-lloyds", **hand})
+    assert "split" in lloyds.privacy.auto_keys and "split" not in lloyds.auto_keys
+    assert not lloyds.has_estimate_round  # nothing it reads is estimated
+    feddp = parse_config(hand)
+    assert "split" in feddp.auto_keys and feddp.has_estimate_round
+
+
+def test_a_strategy_s_preprocessing_is_read_at_epsilon_inf_only_for_its_scale():
+    server = np.random.default_rng(0).normal(size=(30, 3))
+    strategy = FedDPKMeans(n_clusters=3, epsilon=float("inf"), server_data=server,
+                           preprocessing="none")
+    assert strategy.config.data.center  # not read: the default, as the release says
+    with pytest.raises(ConfigError, match="^data_radius does nothing.*private run"):
+        FedDPKMeans(n_clusters=3, epsilon=float("inf"), server_data=server, data_radius=5.0)
