@@ -828,7 +828,7 @@ _PRIVATE = ("a private run (a finite privacy.epsilon and a private algorithm: a 
 #: non-private run (epsilon = inf, or algorithm kfed or lloyds-nonprivate) adds no noise,
 #: clips nothing (the nodes and the server clip only when private), samples every client
 #: and does not centre on Q (:meth:`ExperimentConfig.public_transform`).
-NOISE_KEYS = ("privacy.level", "privacy.delta", "privacy.data-radius", "privacy.count-noise",
+NOISE_KEYS = ("privacy.delta", "privacy.data-radius", "privacy.count-noise",
               "privacy.sampling-rate", "privacy.max-points-per-client",
               "privacy.check-share", "privacy.reproducible-noise",
               "privacy.public-num-clients", "data.center")
@@ -840,6 +840,9 @@ IDLE_RULES = (
     IdleRule(("privacy.epsilon",), lambda c: not ALGORITHMS[c.algorithm].private,
              "a private algorithm (not kfed or lloyds-nonprivate, whose runs add no noise)"),
     IdleRule(NOISE_KEYS, _non_private, _PRIVATE),
+    IdleRule(("privacy.level",), lambda c: _non_private(c) and c.attack == "none",
+             "a private run, or an attack (whose differencing removes one unit of this "
+             "level)"),
     IdleRule(tuple("privacy." + name.replace("_", "-") for name in CLIENT_BOUNDS),
              lambda c: c.privacy.level != "client" or not c.is_private,
              "privacy.level = 'client' on a private run (the per-client bounds; at "
