@@ -47,9 +47,10 @@ from fedkmeans.schema import (
 )
 
 __all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
-           "FederationConfig", "IDLE_RULES", "PrivacySettings", "check_no_idle_keys",
-           "check_server_points", "config_keys", "from_run_config", "idle_keys", "nested_config",
-           "parse_config", "settle_idle_keys", "to_run_config", "validate"]
+           "FederationConfig", "IDLE_RULES", "PrivacySettings", "RUNTIME_AUTO",
+           "check_no_idle_keys", "check_server_points", "config_keys", "from_run_config",
+           "idle_keys", "nested_config", "parse_config", "settle_idle_keys", "to_run_config",
+           "typed_idle_keys", "validate"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
@@ -454,6 +455,33 @@ class ExperimentConfig:
         """True when the run adds noise and clips: finite epsilon and a private algorithm."""
         return self.privacy.is_private and ALGORITHMS[self.algorithm].private
 
+    @property
+    def auto_keys(self) -> tuple[str, ...]:
+        """The ``auto`` privacy settings this run reads (attribute names, :data:`AUTO_KEYS`).
+
+        :attr:`PrivacySettings.auto_keys` without the keys the run never reads
+        (:data:`IDLE_RULES`: ``split`` of an algorithm without FedDP-Init, every
+        setting of the noise and the clipping on a non-private run): an unread ``auto``
+        asks the estimate round and the tuning for nothing.
+        """
+        idle = idle_keys(self, among=["privacy." + n.replace("_", "-")
+                                      for n in self.privacy.auto_keys])
+        return tuple(n for n in self.privacy.auto_keys
+                     if "privacy." + n.replace("_", "-") not in idle)
+
+    @property
+    def has_estimate_round(self) -> bool:
+        """Whether the run has an estimate round (:mod:`fedkmeans.stages.estimate`).
+
+        Private, a setting the round's release feeds is ``auto`` and read
+        (:attr:`auto_keys` but the run-time ones and the check's), and the algorithm
+        releases something (k-means on the server's data with T = 0 asks the clients
+        nothing).
+        """
+        fed = set(self.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
+        releases = bool(ALGORITHMS[self.algorithm].init) or self.privacy.lloyds_steps != 0
+        return self.is_private and bool(fed) and releases
+
     def to_flat(self) -> dict[str, Any]:
         """Return the flat, dotted-key mapping that :func:`parse_config` reads (a copy)."""
         return dict(self._flat)
@@ -480,6 +508,10 @@ _PRIVACY = fields(PrivacySettings)
 #: (``count_noise``'s ``auto`` is fixed by the level, not estimated: ``count_mechanism``.)
 AUTO_KEYS = tuple(f.name for f in _PRIVACY if f.default == AUTO
                   and not f.metadata.get("by_level"))
+#: ``auto`` settings the algorithm resolves during the run, from released values and
+#: their noise scales (:mod:`fedkmeans.server.thresholds`), and the check's clip (set in
+#: the check round from the protocol's centers, :func:`fedkmeans.stages.check.check_clip`).
+RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers", "check_clip")
 #: The paper's hand settings of the ``auto`` keys (``tuning=none``), by attribute; the
 #: thresholds and the check's clip have none (they stay ``auto``).
 HAND_SETTINGS = {f.name: f.metadata["hand"] for f in _PRIVACY if "hand" in f.metadata}
@@ -769,8 +801,19 @@ class IdleRule:
     counts_with: str
 
 
+def _non_private(c: ExperimentConfig) -> bool:
+    """No noise and no clipping: epsilon = inf, or a non-private algorithm."""
+    return not c.is_private
+
+
 def _without_check(c: ExperimentConfig) -> bool:
-    return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0
+    return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0 \
+        or not c.is_private
+
+
+def _without_feddp_init(c: ExperimentConfig) -> bool:
+    """No FedDP-Init: its steps read ``split`` (their weights) and ``min-server-weight``."""
+    return not ALGORITHMS[c.algorithm].tunable_split
 
 
 def _not_ray(c: ExperimentConfig) -> bool:
@@ -779,21 +822,50 @@ def _not_ray(c: ExperimentConfig) -> bool:
     return engine == FederationConfig.engine or not ENGINES[engine].separate_processes
 
 
+_PRIVATE = ("a private run (a finite privacy.epsilon and a private algorithm: a run "
+            "without noise clips nothing and accounts nothing)")
+#: Keys of the noise, the clipping and the accounting, read only by a private run. A
+#: non-private run (epsilon = inf, or algorithm kfed or lloyds-nonprivate) adds no noise,
+#: clips nothing (the nodes and the server clip only when private), samples every client
+#: and does not centre on Q (:meth:`ExperimentConfig.public_transform`).
+NOISE_KEYS = ("privacy.delta", "privacy.data-radius", "privacy.count-noise",
+              "privacy.sampling-rate", "privacy.max-points-per-client",
+              "privacy.check-share", "privacy.reproducible-noise",
+              "privacy.public-num-clients", "data.center")
+
 #: Keys that a run of some settings never reads (besides the ``data.*`` keys a data set
 #: does not read, :func:`_check_data_keys_read`, and the keys whose own rules refuse a
 #: value away from their default, e.g. ``k-max`` with a fixed k).
 IDLE_RULES = (
+    IdleRule(("privacy.epsilon",), lambda c: not ALGORITHMS[c.algorithm].private,
+             "a private algorithm (not kfed or lloyds-nonprivate, whose runs add no noise)"),
+    IdleRule(NOISE_KEYS, _non_private, _PRIVATE),
+    IdleRule(("privacy.level",), lambda c: _non_private(c) and c.attack == "none",
+             "a private run, or an attack (whose differencing removes one unit of this "
+             "level)"),
     IdleRule(tuple("privacy." + name.replace("_", "-") for name in CLIENT_BOUNDS),
-             lambda c: c.privacy.level != "client",
-             "privacy.level = 'client' (the per-client bounds; at data-point level the "
-             "server's clip follows from privacy.data-radius and "
+             lambda c: c.privacy.level != "client" or not c.is_private,
+             "privacy.level = 'client' on a private run (the per-client bounds; at "
+             "data-point level the server's clip follows from privacy.data-radius and "
              "privacy.max-points-per-client)"),
+    IdleRule(("privacy.split",), lambda c: _without_feddp_init(c) or not c.is_private,
+             "FedDP-Init (algorithm 'feddp-kmeans') on a private run: the budget weights "
+             "of its releases"),
+    IdleRule(("privacy.min-server-weight",), _without_feddp_init,
+             "FedDP-Init (algorithm 'feddp-kmeans'): the threshold of its step 2"),
     IdleRule(("privacy.lloyds-split",),
-             lambda c: c.privacy.lloyds_steps == 0 or not ALGORITHMS[c.algorithm].lloyds,
-             "FedDP-Lloyds steps to weigh: privacy.lloyds-steps >= 1 or 'auto'"),
+             lambda c: c.privacy.lloyds_steps == 0 or not ALGORITHMS[c.algorithm].lloyds
+             or not c.is_private,
+             "FedDP-Lloyds steps to weigh on a private run: privacy.lloyds-steps >= 1 or "
+             "'auto'"),
     IdleRule(("privacy.check-clip",), _without_check,
-             "the final private choice: algorithm 'feddp-kmeans', a fixed k and "
-             "privacy.check-share not 0"),
+             "the final private choice: a private run of algorithm 'feddp-kmeans', a "
+             "fixed k and privacy.check-share not 0"),
+    IdleRule(("privacy.estimate-share",), lambda c: not c.has_estimate_round,
+             "an estimate round: a private run that asks its clients something with a "
+             "setting it estimates left 'auto' (privacy.data-radius, "
+             "privacy.max-points-per-client, privacy.split, privacy.lloyds-steps, the "
+             "client-level bounds)"),
     IdleRule(("federation.num-cpus", "federation.client-cpus"), _not_ray,
              "federation.engine = 'flower' (python -m fedkmeans.experiment sizes its Ray "
              "simulation from them; under flwr run the federation's options in "
@@ -801,10 +873,15 @@ IDLE_RULES = (
 )
 
 
-def idle_keys(config: ExperimentConfig) -> dict[str, str]:
-    """Flat key -> the settings that would read it, for every key ``config`` never reads."""
-    return {key_: rule.counts_with for rule in IDLE_RULES if rule.idle(config)
-            for key_ in rule.keys}
+def idle_keys(config: ExperimentConfig, among: Collection[str] | None = None) -> dict[str, str]:
+    """Flat key -> the settings that would read it, for every key ``config`` never reads.
+
+    ``among``: only the rules of these keys are evaluated (a rule may itself ask which
+    ``auto`` keys are read, :attr:`ExperimentConfig.auto_keys`, which asks this).
+    """
+    return {key_: rule.counts_with for rule in IDLE_RULES
+            if (among is None or set(rule.keys) & set(among)) and rule.idle(config)
+            for key_ in rule.keys if among is None or key_ in among}
 
 
 def _idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
@@ -812,13 +889,14 @@ def _idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
                        f"read only with {counts_with}; remove it")
 
 
-def check_no_idle_keys(config: ExperimentConfig) -> None:
+def check_no_idle_keys(config: ExperimentConfig, exempt: Collection[str] = ()) -> None:
     """Refuse a key set away from its default that the run never reads (:data:`IDLE_RULES`).
 
     Where the settings arrive whole (``flwr run``'s run config, which mirrors the
     defaults in ``pyproject.toml``; a strategy's keywords), a value away from its default
     is one the user set. The Hydra CLI knows which keys the user typed:
-    :func:`settle_idle_keys`.
+    :func:`settle_idle_keys`. ``exempt``: keys a caller sets from a parameter that is
+    read in other respects (a strategy's ``preprocessing`` sets ``data.center``).
 
     Raises
     ------
@@ -827,7 +905,7 @@ def check_no_idle_keys(config: ExperimentConfig) -> None:
     """
     flat, defaults = config.to_flat(), _defaults().to_flat()
     for key_, counts_with in idle_keys(config).items():
-        if flat[key_] != defaults[key_]:
+        if flat[key_] != defaults[key_] and key_ not in exempt:
             raise _idle_key_error(key_, flat[key_], counts_with)
 
 
@@ -838,7 +916,8 @@ def settle_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> Experi
     the client-level bounds; ``privacy=datapoint`` does not read them): those go back to
     their defaults, which changes nothing the run does. A key the user typed
     (``typed``: the flat keys of the command line's overrides, a sweep's included) and
-    the run never reads is refused, whatever its value.
+    the run never reads is refused, whatever its value (a job of a multirun passes no
+    ``typed``: there the key counts in other jobs, :func:`typed_idle_keys` says which).
 
     Raises
     ------
@@ -847,11 +926,21 @@ def settle_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> Experi
     """
     idle = idle_keys(config)
     flat, defaults = config.to_flat(), _defaults().to_flat()
-    for key_ in flat:
-        if key_ in idle and key_ in typed:
-            raise _idle_key_error(key_, flat[key_], idle[key_])
+    unread = typed_idle_keys(config, typed)
+    if unread:
+        key_, counts_with = next(iter(unread.items()))
+        raise _idle_key_error(key_, flat[key_], counts_with)
     reset = [key_ for key_ in idle if flat[key_] != defaults[key_]]
     return _keep_flat(_with_defaults(config, reset)) if reset else config
+
+
+def typed_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> dict[str, str]:
+    """The keys of ``typed`` that ``config`` never reads -> the settings that would read them.
+
+    In the order of the flat config (:func:`config_keys`).
+    """
+    idle = idle_keys(config)
+    return {key_: idle[key_] for key_ in config._flat if key_ in idle and key_ in typed}
 
 
 def _with_defaults(config: ExperimentConfig, keys: Collection[str]) -> ExperimentConfig:

@@ -169,7 +169,7 @@ def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
         return (f"; the share of points outside privacy.data-radius = {radius:.4g} cannot "
                 f"be bounded usefully at this epsilon (the estimate round's noise)")
     hint = ("; set privacy.data-radius=auto to estimate it"
-            if "data_radius" not in declared.privacy.auto_keys and bound > 0.05 else "")
+            if "data_radius" not in declared.auto_keys and bound > 0.05 else "")
     return (f"; at most {100 * bound:.1f}% of the points (95% private upper bound) lie "
             f"outside privacy.data-radius = {radius:.4g}{hint}")
 

@@ -115,9 +115,11 @@ class Algorithm:
         Returns
         -------
         list of PlannedRelease
-            Empty for a non-private algorithm (and for a baseline with T = 0).
+            Empty for a non-private algorithm or run (``privacy.epsilon = inf``: nothing
+            is noisy, so no release has a share of a budget, and ``privacy.split`` is not
+            read), and for a baseline with T = 0.
         """
-        if not self.private:
+        if not self.private or not privacy.is_private:
             return []
         return [release for step, group in self.rounds(privacy, full_rank=not subspace)
                 for release in step.plan(privacy, group)]

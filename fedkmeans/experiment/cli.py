@@ -52,6 +52,7 @@ from fedkmeans.config import (
     from_run_config,
     settle_idle_keys,
     to_run_config,
+    typed_idle_keys,
 )
 from fedkmeans.data.catalog import dataset
 from fedkmeans.experiment.engines import App, engine
@@ -163,6 +164,30 @@ def settled_flat(flat: Mapping[str, Any], overrides: Sequence[str]) -> dict[str,
         A bad value, or a typed key the run never reads (naming it).
     """
     return settle_idle_keys(from_run_config(flat), typed_keys(overrides)).to_flat()
+
+
+def run_sweep_job(flat: Mapping[str, Any], overrides: Sequence[str]) -> dict:
+    """Run one job of a multirun: a typed key this job never reads is reset, not refused.
+
+    The key counts in other jobs of the sweep (``-m privacy.epsilon=1,inf
+    privacy.data-radius=5``: the radius clips at epsilon 1 and does nothing at inf), so
+    the job runs with its default, says so in one console line, and lists the key in
+    the result's ``unread_keys`` (the sweep row's column, :mod:`fedkmeans.experiment.sweep`); its
+    ``release.json`` holds the default, the setting that shaped the run.
+
+    Raises
+    ------
+    ConfigError
+        A bad value (the job fails; the sweep goes on).
+    """
+    config = from_run_config(flat)
+    unread = typed_idle_keys(config, typed_keys(overrides))
+    for key_, counts_with in unread.items():
+        print(f"[sweep] {key_} does nothing in this job (read only with {counts_with}): "
+              "the job runs with its default", flush=True)
+    result = run_flat(flat)  # its preflight resets the idle keys
+    result["unread_keys"] = list(unread)
+    return result
 
 
 def preflight(flat: Mapping[str, Any]) -> tuple[ExperimentConfig, tuple]:
@@ -356,7 +381,7 @@ def _main(flat: dict[str, Any], hydra_config) -> None:
             sweep_dir=sweep_dir,
             job=int(hydra_config.job.num),
             overrides=list(hydra_config.overrides.task),
-            runner=lambda job_flat: run_flat(settled_flat(job_flat, task)),
+            runner=lambda job_flat: run_sweep_job(job_flat, task),
         )
         return
     run_dir = Path(hydra_config.runtime.output_dir).resolve()

@@ -6,7 +6,9 @@ on the engine of the config: the in-process engine by default). Each job appends
 row to ``<sweep dir>/results.csv``:
 
 * ``job``, ``status`` (``ok`` or ``failed``), ``error`` (the exception's type and
-  message; empty when ok), ``overrides`` (the job's Hydra overrides);
+  message; empty when ok), ``overrides`` (the job's Hydra overrides), ``unread_keys``
+  (keys the command line typed that this job never reads, run at their defaults:
+  :func:`fedkmeans.experiment.run_sweep_job`; space-separated, empty when none);
 * every flat config key (``algorithm``, ``privacy.epsilon``, ...) as the job ran it;
   ``output-dir`` is ``<sweep dir>/runs/<hash of the config>``, so a sweep extended
   later into the same directory (``privacy.epsilon=1.2`` added) never reuses another
@@ -29,7 +31,8 @@ A job that raises (a bad value, a missing file, a run error) is recorded as
 directory, never interleave rows. After each job a line shows jobs done / total,
 failures, elapsed time and the ETA (:func:`eta_seconds`); :class:`SweepCallback`
 counts the jobs when the multirun starts, and exits with status 1 at the end if a job
-failed (``FEDKMEANS_SWEEP_ALLOW_FAILURES=1`` keeps status 0). ``python -m
+failed or a typed key was read by none of its jobs (:func:`unread_by_every_job`;
+``FEDKMEANS_SWEEP_ALLOW_FAILURES=1`` keeps status 0). ``python -m
 fedkmeans.experiment.report SWEEP_DIR`` turns the table into plots and a Markdown summary.
 """
 
@@ -72,7 +75,7 @@ RESULT_COLUMNS = (
     "time_total", "time_calibration", "time_register", "time_init", "time_lloyds",
     "time_evaluate", "time_optimal_cost", "wall_s", "result_path",
 )
-HEAD_COLUMNS = ("job", "status", "error", "overrides")
+HEAD_COLUMNS = ("job", "status", "error", "overrides", "unread_keys")
 
 
 def columns() -> list[str]:
@@ -148,6 +151,7 @@ def result_row(
     federation = result.get("federation", {})
     row: dict[str, Any] = {
         "job": job, "status": "ok", "error": "", "overrides": " ".join(overrides),
+        "unread_keys": " ".join(result.get("unread_keys", ())),
         **result.get("config", {}),
         "k_chosen": result.get("k"),
         "epsilon_spent": result.get("privacy", {}).get("epsilon"),
@@ -325,6 +329,19 @@ def count_jobs(params: Mapping[str, Any], task_overrides: Sequence[str]) -> int 
         return None
 
 
+def unread_by_every_job(rows: Sequence[Mapping[str, str]]) -> list[str]:
+    """Typed keys that no job of ``rows`` read (every job's ``unread_keys`` lists them).
+
+    A key that counts in some jobs of a sweep is reset in the others; one that counts
+    in none is a sweep that does not vary what its command line says (``-m
+    privacy.clip-sums=100,200`` at data-point level). Failed jobs read nothing and are
+    left out; empty when no job succeeded.
+    """
+    done = [set((row.get("unread_keys") or "").split()) for row in rows
+            if row.get("status") == "ok"]
+    return sorted(set.intersection(*done)) if done else []
+
+
 try:
     from hydra.experimental.callback import Callback as _Callback
 except ImportError:  # pragma: no cover
@@ -353,13 +370,18 @@ class SweepCallback(_Callback):
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         rows = read_rows(sweep_dir / RESULTS_FILE)[int(meta.get("rows_before", 0)):]
         failed = [r for r in rows if r["status"] == "failed"]
+        unread = unread_by_every_job(rows)
         print(
             f"[sweep] finished: {len(rows) - len(failed)} ok, {len(failed)} failed -> "
             f"{sweep_dir / RESULTS_FILE}\n[sweep] report: "
             f"python -m fedkmeans.experiment.report {sweep_dir}",
             flush=True,
         )
-        if failed and os.environ.get(ALLOW_FAILURES_ENV) != "1":
-            print(f"[sweep] exiting with status 1: {len(failed)} job(s) failed (set "
-                  f"{ALLOW_FAILURES_ENV}=1 to exit 0 anyway)", file=sys.stderr, flush=True)
+        if unread:
+            print(f"[sweep] {', '.join(unread)}: typed, but no job read it (each ran with "
+                  "its default; column unread_keys)", file=sys.stderr, flush=True)
+        if (failed or unread) and os.environ.get(ALLOW_FAILURES_ENV) != "1":
+            why = f"{len(failed)} job(s) failed" if failed else "a typed key did nothing"
+            print(f"[sweep] exiting with status 1: {why} (set {ALLOW_FAILURES_ENV}=1 to "
+                  "exit 0 anyway)", file=sys.stderr, flush=True)
             sys.exit(1)

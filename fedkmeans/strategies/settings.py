@@ -33,6 +33,7 @@ from fedkmeans.config import (
     check_no_idle_keys,
     check_server_points,
     parse_config,
+    settle_idle_keys,
 )
 
 __all__ = ["HARNESS_KEYS", "SETTING_KEYS", "build_config", "in_caller_words", "server_points"]
@@ -158,7 +159,10 @@ def build_config(algorithm: str, n_clusters: int | str, epsilon: float, delta: f
             **{SETTING_KEYS[name]: value for name, value in settings.items()}}
     try:
         config = parse_config(flat)
-        check_no_idle_keys(config)  # e.g. clip_sums at data-point level
+        # e.g. clip_sums at data-point level; preprocessing="none" centres nothing on a
+        # non-private run, as "center" does not: its data.center goes back to the default
+        check_no_idle_keys(config, exempt=("data.center",))
+        config = settle_idle_keys(config, typed=())
         check_server_points(config, server_x.shape[0], " in server_data")
     except ConfigError as exc:
         raise ConfigError(in_caller_words(str(exc), words)) from None

@@ -31,7 +31,6 @@ from fedkmeans.config import ExperimentConfig, PrivacySettings, parse_config
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
-from fedkmeans.tuning.resolve import RUNTIME_AUTO
 
 __all__ = ["RunPlan", "calibrated_releases", "estimate_release", "needs_estimates",
            "plan_run"]
@@ -88,14 +87,14 @@ class RunPlan:
 
 
 def needs_estimates(config: ExperimentConfig) -> bool:
-    """Whether the run has an estimate round.
+    """Whether the run has an estimate round (:attr:`ExperimentConfig.has_estimate_round`).
 
-    Private, a setting it feeds is ``auto``, and the algorithm may release something
-    (k-means on the server's data with T = 0 asks the clients nothing).
+    Private, a setting it feeds is ``auto`` and read by the run
+    (:attr:`ExperimentConfig.auto_keys`: not ``split`` of an algorithm without
+    FedDP-Init), and the algorithm may release something (k-means on the server's data
+    with T = 0 asks the clients nothing).
     """
-    fed = set(config.privacy.auto_keys) - set(RUNTIME_AUTO) - {"check_share", "check_clip"}
-    releases = algorithm(config.algorithm).init or config.privacy.lloyds_steps != 0
-    return config.is_private and bool(fed) and bool(releases)
+    return config.has_estimate_round
 
 
 def estimate_release(privacy: PrivacySettings) -> Release:

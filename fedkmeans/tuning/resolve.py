@@ -64,7 +64,7 @@ import numpy as np
 from fedkmeans.algorithms import algorithm
 from fedkmeans.algorithms.server_baselines import SERVER_LLOYDS
 from fedkmeans.artefacts import json_number
-from fedkmeans.config import AUTO, CLIENT_SETTINGS, ExperimentConfig
+from fedkmeans.config import AUTO, CLIENT_SETTINGS, RUNTIME_AUTO, ExperimentConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.stages.check import CHOICE_STDS
 from fedkmeans.tuning.estimates import MISS_PROBABILITY, RADIUS_QUANTILE, PrivateEstimates
@@ -74,10 +74,6 @@ __all__ = [
     "CHECK_FRACTION", "RUNTIME_AUTO", "client_settings", "resolve_auto",
 ]
 
-#: ``auto`` settings the algorithm resolves during the run, from released values and
-#: their noise scales (:mod:`fedkmeans.server.thresholds`), and the check's clip (set in
-#: the check round from the protocol's centers, :func:`fedkmeans.stages.check.check_clip`).
-RUNTIME_AUTO = ("min_server_weight", "min_cluster_count", "extra_centers", "check_clip")
 #: The client-level bounds (the check's clip is resolved on its own).
 _CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 #: Fraction of the calibrated plan's budget weight (the releases after the estimate
@@ -137,8 +133,9 @@ def _resolve_auto(
     config: ExperimentConfig, server_x: np.ndarray, estimates: PrivateEstimates | None
 ) -> tuple[ExperimentConfig, dict | None]:
     privacy = config.privacy
-    searched = {"split", "lloyds_steps"} & set(privacy.auto_keys)
-    if not set(privacy.auto_keys) - set(RUNTIME_AUTO):
+    read = set(config.auto_keys)  # not split without FedDP-Init (nothing to search)
+    searched = {"split", "lloyds_steps"} & read
+    if not read - set(RUNTIME_AUTO):
         return config, None
     declared = privacy.public_num_clients
     record: dict = {

@@ -137,7 +137,7 @@ def test_a_hand_radius_below_most_of_the_servers_norms_is_refused(tmp_path):
         preflight(flat)
     preflight(compose_flat(base))  # centred, the paper's 11 fits these points
     preflight(compose_flat(["tuning=none"]))  # the paper's mixture: its own setting fits
-    preflight(compose_flat(base + ["data.center=false", "privacy.epsilon=inf"]))  # no clip
+    preflight(compose_flat(base + ["privacy.epsilon=inf"]))  # no clip, no centring
     with pytest.raises(ConfigError, match="'privacy.data-radius'"):  # the server refuses too
         run_server_inprocess(_file(path, tmp_path, **{"data.center": False}))
 

@@ -61,15 +61,15 @@ def test_the_toy_data_set_is_an_option_of_the_config_and_of_hydra():
         parse_config({**flat, "data.holdout": "month=1"})  # it declares no hold-out
 
 
-@pytest.mark.parametrize("privacy", ["privacy.epsilon=inf", "privacy.epsilon=2"])
+@pytest.mark.parametrize("privacy", [["privacy.epsilon=inf"],
+                                     ["privacy.epsilon=2", "privacy.reproducible-noise=true"]])
 def test_the_toy_data_set_runs_end_to_end_in_process(tmp_path, privacy):
-    result = run(["dataset=toy-blobs", privacy, "privacy.reproducible-noise=true",
-                  f"output-dir={tmp_path}"])
+    result = run(["dataset=toy-blobs", *privacy, f"output-dir={tmp_path}"])
     assert result["config"]["data.name"] == "toy-blobs"
     assert result["federation"]["num_clients"] == 12
     centers = np.asarray(result["centers"])
     assert centers.shape == (3, 2)
-    if privacy.endswith("inf"):  # non-private: the three blobs are found
+    if privacy == ["privacy.epsilon=inf"]:  # non-private: the three blobs are found
         nearest = np.linalg.norm(centers[:, None] - CENTERS[None], axis=2).min(axis=1)
         assert nearest.max() < 0.2
 
