@@ -372,8 +372,7 @@ class ServerContext:
         if replies.aggregated:
             noisy = replies.stats[statistic][0]
             release = replace(
-                self.checked_release(stage, statistic),
-                noise_scale=replies.noise_scales[statistic],
+                self.releases[stage], noise_scale=replies.noise_scales[statistic]
             )
             self.accountant.record(release)
             self._notify(stage, None, noisy)
@@ -390,7 +389,7 @@ class ServerContext:
             round_name = stage.rsplit("/", 1)[0]
             total = folded_sum(replies.stats, statistic,
                                self.folds(round_name, replies.stats))
-        release = self.checked_release(stage, statistic)
+        release = self.releases[stage]
         noise = registry.mechanism(release.mechanism).build(
             release.sensitivity, release.noise_scale)
         rng = self.private_randomness.generator("noise", stage)
@@ -401,31 +400,6 @@ class ServerContext:
         self.accountant.record(release)
         self._notify(stage, total, noisy)
         return noisy
-
-    def checked_release(self, stage: str, statistic: str) -> Release:
-        """The planned release of ``stage``, checked against the bound clipped with now.
-
-        The plan recorded each release's sensitivity from the clip bounds when it was
-        calibrated (:meth:`fedkmeans.stages.spec.Stage.plan`); the server clips with the
-        bounds of the config it holds at release time (:meth:`folds`, and the nodes'
-        settings under SecAgg). The two are read at different times, so the release
-        checks here that they still give the same sensitivity: a ledger that records
-        less than the clip allows would understate epsilon.
-
-        Raises
-        ------
-        RuntimeError
-            The recorded sensitivity is not the one the current bounds give.
-        """
-        release = self.releases[stage]
-        bound = statistic_bounds(self.config.privacy)[statistic]
-        clipped = bound.sensitivity(release.mechanism)
-        if clipped != release.sensitivity:
-            raise RuntimeError(
-                f"release {stage}: the ledger would record sensitivity "
-                f"{release.sensitivity!r} but the server clips {statistic} to a bound of "
-                f"sensitivity {clipped!r}")
-        return release
 
     def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
         for observer in self.observers:

@@ -98,22 +98,6 @@ def test_a_new_stage_gets_its_sensitivity_noise_and_ledger_entry():
     assert ctx.accountant.releases == (release,)
 
 
-def test_a_release_refuses_a_ledger_entry_the_current_clip_does_not_bound():
-    """The plan's sensitivity is checked against the bound the server clips with now.
-
-    The plan was calibrated with data-radius 4 (l1 sensitivity 2 * 4^2 = 32); a config
-    whose radius is 5 clips to sensitivity 2 * 5^2 = 50, so recording 32 would understate
-    epsilon: the release refuses before any noise is drawn or anything is recorded.
-    """
-    flat = {**SMALL, "privacy.epsilon": 1.0, "privacy.reproducible-noise": True}
-    ctx = _context(flat, 1.0)
-    ctx.config = parse_config({**flat, "privacy.data-radius": 5.0})
-    with pytest.raises(RuntimeError, match="sensitivity 32.0 but the server clips energy "
-                                           "to a bound of sensitivity 50.0"):
-        total_energy(ctx)
-    assert ctx.accountant.releases == ()
-
-
 def test_the_new_stage_is_served_and_found_by_name_and_round():
     assert stage("energy") is TOY and stage_of_round("toy") is TOY
     assert "query.energy" in client_app.app._registered_funcs
