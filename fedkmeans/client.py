@@ -248,7 +248,8 @@ class OwnPoints:
         ids, points = self._loaded(context)
         unclipped = NodeData(node_config(settings), ids, dict(points),
                              dict.fromkeys(ids.tolist()))
-        return {**unclipped.evaluate(centers), "clipped_points": np.array([float(clipped)])}
+        return {**unclipped.arithmetic.evaluate(centers),
+                "clipped_points": np.array([float(clipped)])}
 
 
 def clipped_points(node: NodeData) -> int:

@@ -350,7 +350,7 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
 
 CHECK = register(Stage(
     "check", "check", (COST_DIFFERENCE, COST_SIGN),
-    client=lambda node, clients, a: node.cost_differences(
+    client=lambda node, clients, a: node.arithmetic.cost_differences(
         clients, a["centers"], a["alternative"], a["clip"] if "clip" in a else None),
     server=final_check,
     releases=(ReleaseRule(COST_DIFFERENCE, lambda p: GAUSSIAN.name,

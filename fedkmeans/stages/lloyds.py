@@ -76,7 +76,7 @@ def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray
 
 LLOYDS = register(Stage(
     "lloyds", "lloyds", (SUMS, COUNTS),
-    client=lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+    client=lambda node, clients, a: node.arithmetic.sums_counts(clients, a["centers"]),
     server=lloyds_step,
     releases=(
         ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.lloyds_split[0]),
