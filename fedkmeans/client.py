@@ -62,8 +62,8 @@ class NodeSource(Protocol):
                  centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE: the node's evaluation of ``centers`` (k, d), points as loaded.
 
-        :meth:`NodeData.evaluate`'s sums, and ``clipped_points``: the points clipped
-        to the data radius.
+        The sums of :meth:`~fedkmeans.node.arithmetic.StageArithmetic.evaluate`, and
+        ``clipped_points``: the points clipped to the data radius.
         """
 
     def after_request(self) -> None:

@@ -278,7 +278,7 @@ class RegistrySource:
 
     def evaluate(self, context: Context, settings: dict,
                  centers: np.ndarray) -> dict[str, np.ndarray]:
-        """NON-PRIVATE: :meth:`NodeData.evaluate` and ``clipped_points``.
+        """NON-PRIVATE: the node's ``arithmetic.evaluate`` and ``clipped_points``.
 
         A clipped client's points before the clip are rebuilt from the rows the clip
         moved, or reloaded from the data set.

@@ -52,7 +52,7 @@ __all__ = ["CLIP_WARNINGS", "NodeData", "clip_radius", "shard_ready", "write_sha
 
 LOG = logging.getLogger(__name__)
 #: Most rows moved by the clip to the data radius kept as they were, as a fraction of
-#: the node's points (:attr:`~fedkmeans.node.memory.NodeMemory.unclipped_rows`): the
+#: the node's points (:attr:`NodeData.unclipped_rows`): the
 #: default radius (the 0.99 quantile of the norms) moves about 1 %; a radius far inside
 #: the data would double the node's memory, and its check reloads the clients instead.
 KEEP_UNCLIPPED_MAX_FRACTION = 0.125
@@ -435,7 +435,7 @@ class NodeData:
 
         Returns the clipped clients, their points' norms before the clip, and the
         numbers of clipped and of all points. The rows the clip moves are kept as
-        they were (:attr:`~fedkmeans.node.memory.NodeMemory.unclipped_rows`, at most
+        they were (:attr:`NodeData.unclipped_rows`, at most
         :data:`KEEP_UNCLIPPED_MAX_FRACTION` of the node's points, else none). Each
         client's rows go through :func:`~fedkmeans.privacy.clipping.clip_rows_l2`, so
         the bits do not depend on where the points live. The norms of all points are

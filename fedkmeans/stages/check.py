@@ -10,7 +10,7 @@ tau_n <= tau. Every client answers with two numbers, each in units of its clip,
     N_j = sum_{p in client j} clip(d(p, A)^2 - d(p, B)^2, -tau_n, tau_n) / tau_n,
 
 over the client's points before the clip to the data radius (mapped by the public
-transform, the space of A and B; ``NodeData.cost_differences``). The server releases
+transform, the space of A and B; ``NodeData.arithmetic.cost_differences``). The server releases
 ``sum_j D_j`` and ``sum_j N_j``, each with Gaussian noise (half of the check's budget
 share each), multiplies each by its clip (post-processing) and answers with A only if
 the wide sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal

@@ -21,7 +21,8 @@ means, and the pair's sensitivity stays ``(Delta, 1)`` in the noise's metric
 (derivation: :mod:`fedkmeans.privacy.budget`, "Joint statistics").
 
 At client level a client scales its sums and counts by one factor so both are within
-``clip-sums`` (l2) and ``clip-counts`` (l1) (:meth:`fedkmeans.node.NodeData.sums_counts`).
+``clip-sums`` (l2) and ``clip-counts`` (l1)
+(:meth:`fedkmeans.node.arithmetic.StageArithmetic.sums_counts`).
 """
 
 from __future__ import annotations
