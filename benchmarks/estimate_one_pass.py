@@ -68,10 +68,10 @@ with threadpool_limits(1, "blas"):
         node = NodeData.load(asked, p, nodes, clip=False, transform=transform)
         ids = node.client_ids.tolist()
         built = time.thread_time()
-        node.estimates(ids)
+        node.arithmetic.estimates(ids)
         estimated = time.thread_time()
         node = node.retarget(resolved, p, warn=False, transform=transform)
-        node.covariance_triangles(ids)
+        node.arithmetic.covariance_triangles(ids)
         spent["build"] += built - start
         spent["estimate"] += estimated - built
         spent["clip_and_step_1"] += time.thread_time() - estimated

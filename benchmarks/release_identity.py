@@ -124,7 +124,7 @@ def seed_the_shares(seed: int) -> None:
 
 
 def _harness_module(name: str, before_the_move: str):
-    """``fedkmeans.experiment.<name>``, or the module's name before the harness moved.
+    """``fedkmeans.experiment.<name>``, or ``fedkmeans.<before_the_move>`` before the move.
 
     The benchmark runs on a base revision too, which may predate the harness package.
     """
@@ -133,7 +133,7 @@ def _harness_module(name: str, before_the_move: str):
     try:
         return importlib.import_module(f"fedkmeans.experiment.{name}")
     except ModuleNotFoundError:
-        return importlib.import_module(before_the_move)
+        return importlib.import_module(f"fedkmeans.{before_the_move}")
 
 
 def flat_config(name: str, output_dir: Path) -> dict[str, object]:
@@ -150,7 +150,7 @@ def run_one(name: str, output_dir: Path) -> dict[str, object]:
     """
     import fedkmeans
 
-    cli = _harness_module("cli", "fedkmeans.experiment")
+    cli = _harness_module("cli", "experiment")
     run_flat = cli.run_flat
 
     flat = flat_config(name, output_dir)
@@ -163,8 +163,7 @@ def run_one(name: str, output_dir: Path) -> dict[str, object]:
         from fedkmeans.client_app import app as client_app
         from fedkmeans.server_app import app as server_app
 
-        run_inprocess = _harness_module("engines.inprocess", "fedkmeans.engines.inprocess"
-                                        ).run_inprocess
+        run_inprocess = _harness_module("engines.inprocess", "engines.inprocess").run_inprocess
         # the ServerApp gets the config the experiment would hand it (a preset's unread
         # keys settled by the preflight, where the revision has that rule)
         checked = cli.preflight(flat)

@@ -83,18 +83,19 @@ def measured_error(flat: dict, result: dict, recorder: _Recorder) -> float:
     config = parse_config(flat)
     everyone = NodeData.load(config, 0, 1)
     clients = everyone.client_ids.tolist()
+    arithmetic = everyone.arithmetic
     bounds = statistic_bounds(config.privacy)
     worst = 0.0
     for r in result["privacy"]["secagg"]["rounds"]:
         sent = recorder.broadcasts[r["round"]]
         if "covariance" in r["statistics"]:
-            stats = everyone.covariance(clients)
+            stats = arithmetic.covariance(clients)
         elif "histogram" in r["statistics"]:
-            stats = everyone.histogram(clients, sent["basis"], sent["projected_server"])
+            stats = arithmetic.histogram(clients, sent["basis"], sent["projected_server"])
         elif "projected_centers" in sent:
-            stats = everyone.sums_counts(clients, sent["projected_centers"], sent["basis"])
+            stats = arithmetic.sums_counts(clients, sent["projected_centers"], sent["basis"])
         else:
-            stats = everyone.sums_counts(clients, sent["centers"])
+            stats = arithmetic.sums_counts(clients, sent["centers"])
         for name, info in r["statistics"].items():
             stage = f"{r['round']}/{name}"
             rngs = [generator(config.seed, "noise-share", stage, c) for c in clients]

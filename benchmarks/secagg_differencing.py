@@ -88,7 +88,7 @@ def _targets(config, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
             out.append((np.outer(p, p), p))
     else:
         for cid in node.client_ids.tolist()[:count]:
-            matrix = clip_l2(node.covariance([cid])["covariance"][0],
+            matrix = clip_l2(node.arithmetic.covariance([cid])["covariance"][0],
                              config.privacy.clip_covariance)
             out.append((matrix, leading_direction(matrix)))
     return out
@@ -105,7 +105,7 @@ def play(level: str, mode: str, pairs: int, targets: int, workdir: Path) -> dict
     total = NodeData.load(config, 0, 1)
     exact = sum(
         clip_l2(m, config.privacy.clip_covariance) if level == "client" else m
-        for m in total.covariance(total.client_ids.tolist())["covariance"]
+        for m in total.arithmetic.covariance(total.client_ids.tolist())["covariance"]
     )
     truth = _targets(config, targets)
     original = NodeData.secagg_contribution

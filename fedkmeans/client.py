@@ -62,8 +62,8 @@ class NodeSource(Protocol):
                  centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE: the node's evaluation of ``centers`` (k, d), points as loaded.
 
-        :meth:`NodeData.evaluate`'s sums, and ``clipped_points``: the points clipped
-        to the data radius.
+        The sums of :meth:`~fedkmeans.node.arithmetic.StageArithmetic.evaluate`, and
+        ``clipped_points``: the points clipped to the data radius.
         """
 
     def after_request(self) -> None:
@@ -248,7 +248,8 @@ class OwnPoints:
         ids, points = self._loaded(context)
         unclipped = NodeData(node_config(settings), ids, dict(points),
                              dict.fromkeys(ids.tolist()))
-        return {**unclipped.evaluate(centers), "clipped_points": np.array([float(clipped)])}
+        return {**unclipped.arithmetic.evaluate(centers),
+                "clipped_points": np.array([float(clipped)])}
 
 
 def clipped_points(node: NodeData) -> int:

@@ -92,7 +92,7 @@ def _shared_dir() -> Path | None:
 
 def nameless_bytes() -> int:
     """Bytes of this process's spilled nodes in files without a name (the benchmarks)."""
-    return sum(node.nameless_bytes for node in tuple(_NODES.values()))
+    return sum(node.memory.nameless_bytes for node in tuple(_NODES.values()))
 
 
 def _shard_name(data_key: tuple, key: tuple, radius: float | None, transform: str = "") -> str:
@@ -222,7 +222,7 @@ def _bound(data_key: tuple, current: tuple, budget: int, shared: Path | None) ->
 def _forget_loaded() -> None:
     """Drop this process's nodes and free its nameless files (not a shared directory's)."""
     for node in _NODES.values():
-        node.close()
+        node.memory.close()
     _NODES.clear()
     _CURRENT.budget = None
 
@@ -278,13 +278,13 @@ class RegistrySource:
 
     def evaluate(self, context: Context, settings: dict,
                  centers: np.ndarray) -> dict[str, np.ndarray]:
-        """NON-PRIVATE: :meth:`NodeData.evaluate` and ``clipped_points``.
+        """NON-PRIVATE: the node's ``arithmetic.evaluate`` and ``clipped_points``.
 
         A clipped client's points before the clip are rebuilt from the rows the clip
         moved, or reloaded from the data set.
         """
         with node_data(context, settings).resident() as node:
-            out = node.evaluate(centers)
+            out = node.arithmetic.evaluate(centers)
             out["clipped_points"] = np.array([float(clipped_points(node))])
         return out
 

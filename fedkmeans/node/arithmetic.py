@@ -19,29 +19,33 @@ client level each statistic is clipped here to its client bound
 * the estimate round and the final check each build one row per client
   (:mod:`fedkmeans.stages.estimate`, :mod:`fedkmeans.stages.check`).
 
-It reads from its host the run's ``config``, the hosted ``client_ids``, ``points``,
-``labels``, ``raw_norms``, ``clipped_clients``, ``transform``, ``data_path``, ``dim``,
-``_pooled``, the points' norms (``_raw_point_norms``, ``_rows_of``) and the rows kept
-for step 1 (``reusable``) (:class:`fedkmeans.node.memory.NodeMemory`).
+It is a part of the node (:attr:`fedkmeans.node.NodeData.arithmetic`) with an explicit
+interface: the run's ``config`` (privacy settings, seed), the node's
+:class:`~fedkmeans.node.memory.NodeMemory` (the points as the stages see them, read
+only), the rows kept for step 1 (:class:`~fedkmeans.node.reusable.ReusableRows`) and
+the points before the clip (:class:`PointsBeforeClip`: the node, which clipped them).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
-from fedkmeans import data as data_access
 from fedkmeans.blas_threads import block_product_threads
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
+from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node.blocks import assign_in_blocks, one_hot_sums, whole_client_blocks
+from fedkmeans.node.memory import NodeMemory
+from fedkmeans.node.reusable import ReusableRows
 from fedkmeans.privacy.clipping import (
     clip_stacked,
     clip_upper_triangles,
-    row_norms,
     triangle_weights,
     weighted_l2_norms,
 )
@@ -52,8 +56,48 @@ from fedkmeans.stages import statistic_bounds
 TRIANGLE_RUN = 32
 
 
+class PointsBeforeClip(Protocol):
+    """The points as they were before the clip to the data radius (the node's record).
+
+    The final check and the evaluation read them, the estimate round their norms.
+    """
+
+    #: The public transform the points were mapped by before the clip.
+    transform: PublicTransform
+
+    def point_norms(self, clients: Sequence[int]) -> np.ndarray:
+        """The asked clients' points' norms before the clip, in order, shape (n,)."""
+
+    def original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
+        """The clients' points before the clip, in order: ``(points, mapped)`` runs."""
+
+
 class StageArithmetic:
-    """Per-stage statistics of the asked clients (a mixin of :class:`~fedkmeans.node.NodeData`)."""
+    """Per-stage statistics of the asked clients: one row per client, stacked.
+
+    Parameters
+    ----------
+    config : ExperimentConfig
+        The run's settings (privacy level and bounds, seed).
+    memory : NodeMemory
+        The node's points as the stages see them (mapped and clipped); only read.
+    reusable : ReusableRows
+        Step 1's rows the estimate round kept; the other stages clear it.
+    before_clip : PointsBeforeClip
+        The points before the clip to the data radius.
+    """
+
+    def __init__(self, config: ExperimentConfig, memory: NodeMemory, reusable: ReusableRows,
+                 before_clip: PointsBeforeClip) -> None:
+        self.config = config
+        self.memory = memory
+        self.reusable = reusable
+        self.before_clip = before_clip
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension d of the points."""
+        return self.memory.dim
 
     def covariance(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """Step 1 as full matrices, shape (m, d, d): :meth:`covariance_triangles` unfolded.
@@ -70,7 +114,7 @@ class StageArithmetic:
         client's reply row. At client level each triangle is clipped by the Frobenius norm of
         its full matrix (:func:`~fedkmeans.privacy.clipping.clip_upper_triangles`).
         A client whose row the estimate round kept (its points unchanged since,
-        :attr:`~fedkmeans.node.memory.NodeMemory.reusable`) is not computed again: the
+        :attr:`reusable`) is not computed again: the
         row is the same product of the same points, so the same bits.
         """
         if not len(self.reusable):
@@ -87,7 +131,8 @@ class StageArithmetic:
     def raw_covariance_triangles(self, clients: Sequence[int]) -> np.ndarray:
         """Upper triangles of every asked client's ``X^T X``, unclipped, (m, d(d+1)/2).
 
-        Clients of one size stored one after the other (:meth:`_equal_size_runs`) get
+        Clients of one size stored one after the other
+        (:meth:`~fedkmeans.node.memory.NodeMemory.equal_size_runs`) get
         their matrices from one batched :func:`numpy.matmul`, :data:`TRIANGLE_RUN` at a
         time; any other client from the same call on a batch of one. NumPy multiplies
         a batch matrix by matrix, with the same BLAS call for each, so a client's row
@@ -100,7 +145,7 @@ class StageArithmetic:
         rows, cols = np.triu_indices(d)
         upper = cols * d + rows  # (i, j), i <= j, in a column-major (or symmetric) result
         out = np.zeros((len(clients), rows.size))
-        for i, j, block in self._equal_size_runs(clients, TRIANGLE_RUN):
+        for i, j, block in self.memory.equal_size_runs(clients, TRIANGLE_RUN):
             if block.shape[1]:
                 second = np.matmul(block.transpose(0, 2, 1), block)
                 np.take(second.reshape(j - i, d * d), upper, axis=1, out=out[i:j])
@@ -144,7 +189,7 @@ class StageArithmetic:
         """
         m, size = len(clients), projected_server.shape[0]
         self.reusable.clear()  # kept for step 1 only
-        x, owner = self._pooled(clients)
+        x, owner = self.memory.pooled(clients)
         with block_product_threads():
             nearest = assign_in_blocks(x @ basis.T, projected_server)
         hist = np.bincount(owner * size + nearest, minlength=m * size).reshape(m, size)
@@ -164,7 +209,7 @@ class StageArithmetic:
         """
         m, k = len(clients), centers.shape[0]
         self.reusable.clear()  # kept for step 1 only
-        x, owner = self._pooled(clients)
+        x, owner = self.memory.pooled(clients)
         offsets = np.searchsorted(owner, np.arange(m + 1))  # where each client's rows start
         sums, labels = np.empty((m * k, self.dim)), np.empty(x.shape[0], dtype=np.int64)
         with block_product_threads():
@@ -197,16 +242,18 @@ class StageArithmetic:
 
         self.reusable.clear()  # kept for step 1 only
         clients = list(clients)
-        owner = np.repeat(np.arange(len(clients)), [self.points[c].shape[0] for c in clients])
+        points = self.memory.points
+        owner = np.repeat(np.arange(len(clients)), [points[c].shape[0] for c in clients])
         if clips is None:
             clips = [check_clip_of(self.config.privacy)] * 2
         clips = np.asarray(clips, dtype=np.float64).ravel()[:2]
         rows, start = np.zeros((len(clients), 2)), 0
+        transform = self.before_clip.transform
         with block_product_threads():
-            for segment, mapped in self._original_segments(clients):  # no stacked copy
+            for segment, mapped in self.before_clip.original_segments(clients):  # no stacked copy
                 end = start + segment.shape[0]
                 rows[:, :clips.size] += cost_differences(
-                    segment if mapped else self.transform.apply(segment), owner[start:end],
+                    segment if mapped else transform.apply(segment), owner[start:end],
                     len(clients), centers, alternative, clips)
                 start = end
         return {"cost_difference": self._clip_rows("cost_difference", rows[:, :1].copy()),
@@ -227,15 +274,9 @@ class StageArithmetic:
         """
         from fedkmeans.stages.estimate import client_rows
 
-        _, owner = self._pooled(clients)
-        all_norms = self._raw_point_norms()
-        if all_norms is not None:
-            norms = self._rows_of(all_norms, clients)
-        else:
-            norms = np.concatenate([self.raw_norms[c] if c in self.raw_norms
-                                    else row_norms(self.points[c])
-                                    for c in clients] or [np.zeros(0)])
-        sizes = np.array([self.points[c].shape[0] for c in clients], dtype=np.int64)
+        _, owner = self.memory.pooled(clients)
+        norms = self.before_clip.point_norms(clients)
+        sizes = np.array([self.memory.points[c].shape[0] for c in clients], dtype=np.int64)
         moments = None
         level = self.config.privacy.level
         if level == "client":
@@ -250,7 +291,7 @@ class StageArithmetic:
         points than dimensions (``n < d``) gets it from its ``n x n`` Gram matrix
         (``n^2 d`` multiply-adds instead of ``n d^2 / 2``), and step 1 computes its
         ``X^T X``, once. A client with ``n >= d`` gets it from its ``X^T X`` triangle,
-        which is kept for step 1 (:attr:`~fedkmeans.node.memory.NodeMemory.reusable`):
+        which is kept for step 1 (:attr:`reusable`):
         for it the matrix costs more to compute than its ``d (d + 1) / 2`` numbers cost
         to keep. Either way the released bin is that of the same norm (up to rounding).
         """
@@ -258,7 +299,7 @@ class StageArithmetic:
         moments = np.zeros(len(clients))
         large = []
         for i, c in enumerate(clients):
-            x = self.points[c]
+            x = self.memory.points[c]
             if x.shape[0] >= d:
                 large.append(i)
             elif x.shape[0]:
@@ -301,50 +342,10 @@ class StageArithmetic:
         seed = self.config.seed
         self.reusable.clear()  # kept for step 1 only
         stats = [
-            local_kmeans_centers(self.points[c], local_k, integer_seed(seed, "kfed", c))
+            local_kmeans_centers(self.memory.points[c], local_k, integer_seed(seed, "kfed", c))
             for c in clients
         ]
         return {"centers": _stack(stats, (local_k, self.dim))}
-
-    def _original_segments(self, clients: list[int]) -> list[tuple[np.ndarray, bool]]:
-        """The clients' points before the clip, in order, as few arrays as possible.
-
-        ``(points, mapped)``: runs of consecutive clients whose points were not clipped
-        are slices of the stacked points (no copy; ``mapped``: as the stages see them,
-        to be mapped back by the inverse of ``transform`` for the data's own space); a
-        clipped client's points are rebuilt from its clipped points and the rows the
-        clip moved, as they were (``unclipped_rows``; ``mapped``, the same bits as its
-        reloaded points mapped by ``transform``), or reloaded as loaded when those rows
-        were not kept.
-        """
-        def original(c: int) -> tuple[np.ndarray, bool]:
-            if c in self.unclipped_rows:
-                rows, before = self.unclipped_rows[c]
-                restored = np.array(self.points[c])
-                restored[rows] = before
-                return restored, True
-            return self._original(c), False
-
-        if self._stacked is None:
-            return [original(c) if c in self.clipped_clients else (self.points[c], True)
-                    for c in clients]
-        segments, run = [], []
-        for c in clients + [None]:
-            if c is not None and c not in self.clipped_clients:
-                run.append(c)
-                continue
-            if run:
-                segments.append((self._pooled(run)[0], True))
-                run = []
-            if c is not None:
-                segments.append(original(c))
-        return segments
-
-    def _original(self, client: int) -> np.ndarray:
-        """One client's points as loaded (``originals``, else reloaded from the data set)."""
-        if self.originals is not None:
-            return self.originals(client)
-        return data_access.load_client(self.config, client, self.data_path)[0]
 
     def evaluate(self, centers: np.ndarray) -> dict[str, np.ndarray]:
         """NON-PRIVATE evaluation over all hosted clients (summed over the node).
@@ -354,26 +355,27 @@ class StageArithmetic:
         (n_labels, k) of labels against assigned clusters. ``centers`` are in the
         data's own space: the points before the clip, mapped back by the inverse of
         ``transform`` block by block (a clipped client's rebuilt from the rows the clip
-        moved, :meth:`_original_segments`; reloaded as loaded when they were not kept).
+        moved, :meth:`~fedkmeans.node.NodeData.original_segments`; reloaded as loaded
+        when they were not kept).
         The inverse map of the mapped points restores them up to rounding (relative
         1e-16 per coordinate), which is below any figure the evaluation reports.
         """
         k = centers.shape[0]
-        clients = self.client_ids.tolist()
+        clients = self.memory.client_ids.tolist()
         self.reusable.clear()  # kept for step 1 only
         cost, labels_of = 0.0, []
         with block_product_threads():
-            for segment, mapped in self._original_segments(clients):
+            for segment, mapped in self.before_clip.original_segments(clients):
                 for start in range(0, segment.shape[0], BLOCK):
                     block = segment[start:start + BLOCK]
                     if mapped:
-                        block = self.transform.invert(block)
+                        block = self.before_clip.transform.invert(block)
                     labels_of.append(nearest_center(block, centers))
                     offset = block - centers[labels_of[-1]]
                     cost += float(np.einsum("ij,ij->", offset, offset))
         assigned = np.concatenate([np.zeros(0, np.int64), *labels_of])
         out = {"cost_sum": np.array([cost]), "num_points": np.array([float(assigned.size)])}
-        labelled = [self.labels[c] for c in clients]
+        labelled = [self.memory.labels[c] for c in clients]
         if clients and all(y is not None for y in labelled):
             y = np.concatenate(labelled)
             values, index = np.unique(y, return_inverse=True)

@@ -8,7 +8,8 @@ by :func:`fedkmeans.privacy.server_clip.server_clip`, the function the central s
 fold uses too: the statistics of a joint group (a stage's cluster sums and counts at
 data-point level) by one factor per client, the projection in the noise's metric, and
 nothing after it; every other statistic by its own server bound. Every bound and share
-comes from the round's plan.
+comes from the round's plan. A part of the node
+(:attr:`fedkmeans.node.NodeData.secagg`) that reads only the run's privacy settings.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fedkmeans.config import PrivacySettings
 from fedkmeans.privacy.budget import reachable_bounds
 from fedkmeans.privacy.distributed import encode, node_contribution
 from fedkmeans.privacy.randomness import secure_generator
@@ -25,12 +27,18 @@ from fedkmeans.stages import statistic_bounds
 
 
 class SecAggEncoding:
-    """The SecAgg+ encoding of a node's statistics (a mixin of :class:`~fedkmeans.node.NodeData`).
+    """The SecAgg+ encoding of a node's statistics under the run's privacy settings.
 
-    It reads from its host only the run's ``config``.
+    Parameters
+    ----------
+    privacy : PrivacySettings
+        The run's ``privacy.*`` settings (the statistics' bounds).
     """
 
-    def secagg_contribution(
+    def __init__(self, privacy: PrivacySettings) -> None:
+        self.privacy = privacy
+
+    def contribution(
         self,
         clients: Sequence[int],
         stats: dict[str, np.ndarray],
@@ -68,10 +76,10 @@ class SecAggEncoding:
         list of ndarray
             One array per statistic (in ``stats`` order), values ``2 k / Q``.
         """
-        bounds = statistic_bounds(self.config.privacy)
+        bounds = statistic_bounds(self.privacy)
         stds = {name: share_stds[name] for name in stats}
         reach = reachable_bounds(bounds, stds)  # sizes the shares' lattice, as before
-        stats = self.secagg_clipped(stats, stds)
+        stats = self.clipped(stats, stds)
         out = []
         for name, values in stats.items():
             stage = f"{round_name}/{name}"
@@ -86,7 +94,7 @@ class SecAggEncoding:
             out.append(encode(total, steps[name], q_range))
         return out
 
-    def secagg_clipped(
+    def clipped(
         self, stats: dict[str, np.ndarray], stds: dict[str, float]
     ) -> dict[str, np.ndarray]:
         """Each client's statistics clipped exactly as the central server clips them.
@@ -107,5 +115,5 @@ class SecAggEncoding:
         -------
         dict of str to ndarray of shape (m, ...)
         """
-        bounds = statistic_bounds(self.config.privacy)
+        bounds = statistic_bounds(self.privacy)
         return server_clip(stats, bounds, stds)

@@ -6,8 +6,8 @@ client after client), ``labels.npy`` (if any), ``offsets.npy`` (each client's fi
 row), ``norms.npy`` (every point's norm, for points as built, before the radius was
 known), ``meta.npz`` (the client ids, the clip record: clipped clients, their norms
 before the clip, the radius) and ``done`` (last: the shard is whole).
-:class:`~fedkmeans.node.memory.NodeMemory` spills to it and maps it again
-(:func:`read_meta`).
+:class:`~fedkmeans.node.NodeData` spills to it (its points and clip record) and
+:class:`~fedkmeans.node.memory.NodeMemory` maps it again (:func:`read_meta`).
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ import numpy as np
 from fedkmeans.spill_files import private_dir, private_file
 
 if TYPE_CHECKING:
-    from fedkmeans.node.memory import NodeMemory
+    from fedkmeans.node import NodeData
 
 __all__ = ["LABELS", "NORMS", "POINTS", "ShardMeta", "read_meta", "shard_ready",
            "write_shard"]
 
 #: The arrays a spilled node maps again, in a shard or in nameless files
-#: (:meth:`~fedkmeans.node.memory.NodeMemory.resident`). ``norms.npy``: every point's
+#: (:meth:`~fedkmeans.node.memory.NodeMemory.mapped`). ``norms.npy``: every point's
 #: norm, for a file of points as built.
 POINTS, LABELS, NORMS = "points.npy", "labels.npy", "norms.npy"
 _OFFSETS, _META, _DONE = "offsets.npy", "meta.npz", "done"
 
 
-def write_shard(path: Path, node: NodeMemory) -> None:
+def write_shard(path: Path, node: NodeData) -> None:
     """Write ``node``'s stacked points, labels and clip record to ``path``, atomically.
 
     Written to a fresh sibling directory, then renamed: a reader sees a whole shard or
@@ -49,21 +49,21 @@ def write_shard(path: Path, node: NodeMemory) -> None:
         with private_file(tmp / name) as f:
             np.save(f, array)
 
-    save(POINTS, node._stacked)
-    if node._labels_stacked is not None:
-        save(LABELS, node._labels_stacked)
-    save(_OFFSETS, node._offsets)
+    save(POINTS, node.memory.stacked)
+    if node.memory.labels_stacked is not None:
+        save(LABELS, node.memory.labels_stacked)
+    save(_OFFSETS, node.memory.offsets)
     if node.radius is None:  # points as built: their norms, for the clip when mapped
         save(NORMS, node._raw_point_norms())
     clipped = np.array(sorted(node.clipped_clients), dtype=np.int64)
     norms = [node.raw_norms.get(c, np.zeros(0)) for c in clipped.tolist()]
     with private_file(tmp / _META) as f:
-        np.savez(f, client_ids=np.asarray(node._order, dtype=np.int64),
+        np.savez(f, client_ids=np.asarray(node.memory.order, dtype=np.int64),
                  clipped=clipped,
                  norm_offsets=np.concatenate([[0], np.cumsum([n.size for n in norms])]).astype(
                      np.int64),
                  norms=np.concatenate([np.zeros(0), *norms]),
-                 has_labels=np.array(node._labels_stacked is not None),
+                 has_labels=np.array(node.memory.labels_stacked is not None),
                  radius=np.array(np.nan if node.radius is None else node.radius))
     private_file(tmp / _DONE).close()
     try:

@@ -10,7 +10,7 @@ tau_n <= tau. Every client answers with two numbers, each in units of its clip,
     N_j = sum_{p in client j} clip(d(p, A)^2 - d(p, B)^2, -tau_n, tau_n) / tau_n,
 
 over the client's points before the clip to the data radius (mapped by the public
-transform, the space of A and B; ``NodeData.cost_differences``). The server releases
+transform, the space of A and B; ``NodeData.arithmetic.cost_differences``). The server releases
 ``sum_j D_j`` and ``sum_j N_j``, each with Gaussian noise (half of the check's budget
 share each), multiplies each by its clip (post-processing) and answers with A only if
 the wide sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
@@ -350,7 +350,7 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
 
 CHECK = register(Stage(
     "check", "check", (COST_DIFFERENCE, COST_SIGN),
-    client=lambda node, clients, a: node.cost_differences(
+    client=lambda node, clients, a: node.arithmetic.cost_differences(
         clients, a["centers"], a["alternative"], a["clip"] if "clip" in a else None),
     server=final_check,
     releases=(ReleaseRule(COST_DIFFERENCE, lambda p: GAUSSIAN.name,

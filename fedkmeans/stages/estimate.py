@@ -200,7 +200,7 @@ ESTIMATES = Statistic(
 
 ESTIMATE = register(Stage(
     "estimate", "estimate", (ESTIMATES,),
-    client=lambda node, clients, a: node.estimates(clients),
+    client=lambda node, clients, a: node.arithmetic.estimates(clients),
     server=_estimate_round,
     releases=(ReleaseRule(ESTIMATES, lambda p: GAUSSIAN.name,
                           lambda p: float(p.estimate_share)),),

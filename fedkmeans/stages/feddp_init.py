@@ -184,17 +184,17 @@ def initial_centers(ctx: StageContext) -> np.ndarray:
 
 SUBSPACE = register(Stage(
     "covariance", "init-1", (COVARIANCE,),
-    client=lambda node, clients, a: node.covariance(clients),
+    client=lambda node, clients, a: node.arithmetic.covariance(clients),
     # symmetric: only the upper triangles travel (half the bytes of the largest reply)
     wire=lambda node, clients, a: {
-        COVARIANCE.name + TRIANGLE: node.covariance_triangles(clients)["covariance"]},
+        COVARIANCE.name + TRIANGLE: node.arithmetic.covariance_triangles(clients)["covariance"]},
     server=find_subspace,
     releases=(ReleaseRule(COVARIANCE, lambda p: GAUSSIAN.name, lambda p: p.split[0]),),
     skipped_when_full_rank=True,
 ))
 SERVER_WEIGHTS = register(Stage(
     "histogram", "init-2", (HISTOGRAM,),
-    client=lambda node, clients, a: node.histogram(
+    client=lambda node, clients, a: node.arithmetic.histogram(
         clients, a["basis"], a["projected_server"]),
     server=weigh_server_points,
     # SecAgg: every release is a sum of Gaussian noise shares (Laplace does not split)
@@ -204,7 +204,7 @@ SERVER_WEIGHTS = register(Stage(
 ))
 PROJECTED_CENTERS = register(Stage(
     "centers", "init-3", (SUMS, COUNTS),
-    client=lambda node, clients, a: node.sums_counts(
+    client=lambda node, clients, a: node.arithmetic.sums_counts(
         clients, a["projected_centers"], a["basis"]),
     server=centers_from_clients,
     releases=(

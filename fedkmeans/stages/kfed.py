@@ -45,6 +45,6 @@ def cluster_local_centers(ctx: StageContext) -> np.ndarray:
 
 LOCAL_CENTERS = register(Stage(
     "local_centers", "kfed", (LOCAL_CENTERS_STATISTIC,),
-    client=lambda node, clients, a: node.local_centers(clients, int(a["local_k"])),
+    client=lambda node, clients, a: node.arithmetic.local_centers(clients, int(a["local_k"])),
     server=cluster_local_centers,
 ))

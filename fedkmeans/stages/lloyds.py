@@ -21,7 +21,8 @@ means, and the pair's sensitivity stays ``(Delta, 1)`` in the noise's metric
 (derivation: :mod:`fedkmeans.privacy.budget`, "Joint statistics").
 
 At client level a client scales its sums and counts by one factor so both are within
-``clip-sums`` (l2) and ``clip-counts`` (l1) (:meth:`fedkmeans.node.NodeData.sums_counts`).
+``clip-sums`` (l2) and ``clip-counts`` (l1)
+(:meth:`fedkmeans.node.arithmetic.StageArithmetic.sums_counts`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray
 
 LLOYDS = register(Stage(
     "lloyds", "lloyds", (SUMS, COUNTS),
-    client=lambda node, clients, a: node.sums_counts(clients, a["centers"]),
+    client=lambda node, clients, a: node.arithmetic.sums_counts(clients, a["centers"]),
     server=lloyds_step,
     releases=(
         ReleaseRule(SUMS, lambda p: GAUSSIAN.name, lambda p: p.lloyds_split[0]),

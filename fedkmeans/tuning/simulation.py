@@ -75,18 +75,19 @@ class SimulatedPool:
             # copy, and candidates with the same clips share the folded sum
             cache = self.federation.covariances
             key = ids.tobytes()
+            arithmetic = self.node.arithmetic
             if key not in cache:
-                cache[key] = self.node.raw_covariance_triangles(ids.tolist())
+                cache[key] = arithmetic.raw_covariance_triangles(ids.tolist())
             if fold is not None:
-                folded = (key, self.node.covariance_client_bound(), tuple(sorted(fold.items())))
+                folded = (key, arithmetic.covariance_client_bound(), tuple(sorted(fold.items())))
                 if folded not in cache:
                     sums = RunningSums(expected, fold)
-                    sums.add({"covariance": self.node.clip_covariance_triangles(
+                    sums.add({"covariance": arithmetic.clip_covariance_triangles(
                         cache[key].copy())}, frozenset({"covariance"}))
                     cache[folded] = sums.as_rows()
                 return Replies(ids, {name: v.copy() for name, v in cache[folded].items()},
                                folded=True)
-            rows = {"covariance": self.node.clip_covariance_triangles(cache[key].copy())}
+            rows = {"covariance": arithmetic.clip_covariance_triangles(cache[key].copy())}
             triangles = frozenset(rows)
         else:
             # in messages of about CHUNK_POINTS points, as a real node answers: the

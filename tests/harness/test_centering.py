@@ -68,7 +68,7 @@ def test_a_node_maps_its_points_before_the_clip_and_evaluates_on_the_originals()
     assert clipped and np.allclose(
         node.raw_norms[clipped[0]], np.linalg.norm(raw.points[clipped[0]] - shift, axis=1))
     centers = x[:4] + 0.5
-    got = node.evaluate(centers)
+    got = node.arithmetic.evaluate(centers)
     want = float(np.sum(np.min(((x[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)))
     assert got["cost_sum"][0] == pytest.approx(want, rel=1e-12)
     # a node loaded to register (as loaded) is mapped and clipped when first asked

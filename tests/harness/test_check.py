@@ -226,13 +226,13 @@ def test_the_clients_compare_on_their_points_before_the_radius_clip(tmp_path):
     a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
     # as loaded: 9 - 0, 0.25 - 9.25, 16 - 49 -> clipped to [-20, 20], over 20: 0 and -1
     # (on the radius-clipped points client 0 would send ((4 - 1) + (0.25 - 9.25)) / 20)
-    out = node.cost_differences([0, 1], a, b)
+    out = node.arithmetic.cost_differences([0, 1], a, b)
     np.testing.assert_array_equal(out["cost_difference"], [[0.0], [-1.0]])
     np.testing.assert_array_equal(out["cost_sign"], [[0.0], [-1.0]])
-    np.testing.assert_array_equal(node.cost_differences([1], a, b)["cost_difference"],
+    np.testing.assert_array_equal(node.arithmetic.cost_differences([1], a, b)["cost_difference"],
                                   [[-1.0]])
     # the clips the server sent: wide 40 (-33 / 40), narrow 5 (9 and -9 at +-1)
-    sent = node.cost_differences([0, 1], a, b, np.array([40.0, 5.0]))
+    sent = node.arithmetic.cost_differences([0, 1], a, b, np.array([40.0, 5.0]))
     np.testing.assert_array_equal(sent["cost_difference"], [[0.0], [-0.825]])
     np.testing.assert_array_equal(sent["cost_sign"], [[0.0], [-1.0]])
 

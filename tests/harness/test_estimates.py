@@ -252,7 +252,7 @@ def test_the_share_beyond_a_radius_is_read_like_the_quantiles():
 def _estimate_rounds(sizes: np.ndarray, epsilon: float, rounds: int) -> list[PrivateEstimates]:
     """``rounds`` estimate rounds on clients of ``sizes`` through the real path.
 
-    The stage's client rows (``NodeData.estimates``), the server's query, clip, fold and
+    The stage's client rows (``NodeData.arithmetic.estimates``), the server's query, clip, fold and
     Gaussian release (``ESTIMATE.server`` on a ``ServerContext``, reproducible noise
     from seeds 0..rounds-1), the runner's calibrated release and ``PrivateEstimates``.
     """

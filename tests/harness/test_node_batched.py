@@ -32,9 +32,9 @@ def test_histogram_and_sums_equal_the_per_client_statistics(level):
     server = rng.normal(size=(6, 3))
     centers = rng.normal(size=(3, 5))
     clients = [6, 0, 3, 4, 1]  # any order, an empty client included
-    hist = node.histogram(clients, basis, server)["histogram"]
-    stats = node.sums_counts(clients, centers)
-    projected = node.sums_counts(clients, centers @ basis.T, basis)
+    hist = node.arithmetic.histogram(clients, basis, server)["histogram"]
+    stats = node.arithmetic.sums_counts(clients, centers)
+    projected = node.arithmetic.sums_counts(clients, centers @ basis.T, basis)
     for row, c in enumerate(clients):
         h = projected_histogram(node.points[c], basis, server)
         s, n = cluster_sums_counts(node.points[c], centers)
@@ -59,7 +59,7 @@ def test_histogram_and_sums_equal_the_per_client_statistics(level):
 def test_evaluation_counts_every_point_once():
     node = _node("datapoint")
     centers = np.array([[0.0] * 5, [1.0] * 5, [-1.0] * 5])
-    out = node.evaluate(centers)
+    out = node.arithmetic.evaluate(centers)
     x = np.concatenate([node.points[c] for c in range(7)])
     y = np.concatenate([node.labels[c] for c in range(7)])
     d2 = ((x[:, None, :] - centers[None]) ** 2).sum(axis=2)
@@ -78,17 +78,18 @@ def test_step_one_triangles_equal_the_clipped_per_client_matrices(level):
 
     node = _node(level)
     clients = [4, 3, 1, 0, 6, 2, 5]
-    triangles = node.covariance_triangles(clients)["covariance"]
+    triangles = node.arithmetic.covariance_triangles(clients)["covariance"]
     for row, c in enumerate(clients):
         matrix = outer_product_sum(node.points[c])
         if level == "client":
             matrix = clip_l2(matrix, 6.0)
         np.testing.assert_allclose(triangles[row], upper_triangle(matrix), rtol=1e-12,
                                    atol=1e-12)
-    full = node.covariance(clients)["covariance"]
+    full = node.arithmetic.covariance(clients)["covariance"]
     np.testing.assert_allclose(triangles, upper_triangle(full), rtol=1e-12, atol=1e-12)
     if level == "client":  # client 1 (13 points) is clipped to Frobenius norm 6
-        assert np.linalg.norm(node.covariance([1])["covariance"][0]) == pytest.approx(6.0)
+        one = node.arithmetic.covariance([1])["covariance"][0]
+        assert np.linalg.norm(one) == pytest.approx(6.0)
 
 
 def test_triangle_clipping_equals_clipping_the_full_matrix():
@@ -121,10 +122,10 @@ def test_a_bounded_node_cache_keeps_the_current_node_and_spills_the_others_to_fi
         points = {c: x.copy() for c, x in first.points.items()}
         for node in (1, 2, 3):
             client_app.node_data(context(node))
-            in_memory = [k for k, n in client_app._NODES.items() if not n.spilled]
+            in_memory = [k for k, n in client_app._NODES.items() if not n.memory.spilled]
             assert in_memory == [(node, 4, "")]  # only the current one
         again = client_app.node_data(context(0))
-        assert again is first and again.spilled and not again.points  # in a file
+        assert again is first and again.memory.spilled and not again.points  # in a file
         with again.resident():
             for c, x in points.items():
                 np.testing.assert_array_equal(again.points[c], x)
@@ -137,7 +138,7 @@ def test_a_bounded_node_cache_keeps_the_current_node_and_spills_the_others_to_fi
                                          node_config={"partition-id": node,
                                                       "num-partitions": 4}))
         assert len(client_app._NODES) == 4
-        assert not any(n.spilled for n in client_app._NODES.values())
+        assert not any(n.memory.spilled for n in client_app._NODES.values())
     finally:
         client_app.forget_nodes()
 
@@ -156,11 +157,11 @@ def test_evaluation_reads_clipped_clients_original_points_and_the_rest_in_place(
     assert not np.array_equal(original, np.concatenate([node.points[c] for c in ids]))
     centers = np.array([[0.0] * 6, [2.0] * 6, [-2.0] * 6])
     d2 = ((original[:, None, :] - centers[None]) ** 2).sum(axis=2)
-    out = node.evaluate(centers)
+    out = node.arithmetic.evaluate(centers)
     assert out["num_points"][0] == original.shape[0]
     assert out["cost_sum"][0] == pytest.approx(d2.min(axis=1).sum(), rel=1e-12)
     # consecutive clients are served as one view of the stacked points, not a copy
-    pooled, owner = node._pooled(ids[1:4])
+    pooled, owner = node.memory.pooled(ids[1:4])
     assert np.shares_memory(pooled, node.points[ids[1]])
     np.testing.assert_array_equal(pooled, np.concatenate([node.points[c] for c in ids[1:4]]))
     np.testing.assert_array_equal(owner, np.repeat([0, 1, 2], 20))
@@ -189,15 +190,15 @@ def test_the_check_rebuilds_clipped_clients_from_the_rows_the_clip_moved(monkeyp
     assert moved <= KEEP_UNCLIPPED_MAX_FRACTION * sum(node.points[c].shape[0] for c in ids)
     a = np.array([[0.0] * 6, [1.0] * 6, [-1.0] * 6])
     b = np.array([[0.5] * 6, [1.5] * 6, [-2.0] * 6])
-    rebuilt = node.cost_differences(ids, a, b)["cost_difference"]
+    rebuilt = node.arithmetic.cost_differences(ids, a, b)["cost_difference"]
     reloads, reload = [], NodeData._original
     monkeypatch.setattr(NodeData, "_original",
                         lambda self, c: reloads.append(c) or reload(self, c))
-    node.cost_differences(ids, a, b)
+    node.arithmetic.cost_differences(ids, a, b)
     assert (reloads == []) == kept
     reloads.clear()
     node.unclipped_rows = {}  # forget them: every clipped client is reloaded
-    reloaded = node.cost_differences(ids, a, b)["cost_difference"]
+    reloaded = node.arithmetic.cost_differences(ids, a, b)["cost_difference"]
     assert sorted(reloads) == sorted(node.clipped_clients)
     np.testing.assert_array_equal(rebuilt, reloaded)
 
@@ -255,13 +256,13 @@ def test_sums_read_in_blocks_of_whole_clients_are_the_bits_of_one_product(level,
     centers = np.random.default_rng(3).normal(size=(3, 5))
     basis = np.linalg.qr(np.random.default_rng(4).normal(size=(5, 2)))[0].T
     clients = list(range(7))
-    whole = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
-        clients, centers[:, :2], basis)]
+    whole = [_node(level).arithmetic.sums_counts(clients, centers),
+             _node(level).arithmetic.sums_counts(clients, centers[:, :2], basis)]
     monkeypatch.setattr(arithmetic, "BLOCK", 6)  # clients of 1, 13, 4, 0, 9, 2, 7 points
     blocks = list(whole_client_blocks(np.cumsum([0, 1, 13, 4, 0, 9, 2, 7]), 6))
     assert len(blocks) == 6  # (0,), (1,), (2, 3), (4,), (5,), (6,)
-    split = [_node(level).sums_counts(clients, centers), _node(level).sums_counts(
-        clients, centers[:, :2], basis)]
+    split = [_node(level).arithmetic.sums_counts(clients, centers),
+             _node(level).arithmetic.sums_counts(clients, centers[:, :2], basis)]
     for one, other in zip(whole, split, strict=True):
         for name in ("sums", "counts"):
             np.testing.assert_array_equal(one[name], other[name])
@@ -280,21 +281,24 @@ def test_a_node_of_one_block_answers_as_the_node_of_its_slices(level):
     basis = np.linalg.qr(rng.normal(size=(5, 3)))[0].T
     server, centers = rng.normal(size=(6, 3)), rng.normal(size=(3, 5))
     for clients in ([6, 0, 3, 4, 1], [1, 2, 3, 4], [5]):
-        for name, value in node.histogram(clients, basis, server).items():
-            np.testing.assert_array_equal(block.histogram(clients, basis, server)[name], value)
-        for name, value in node.sums_counts(clients, centers).items():
-            np.testing.assert_array_equal(block.sums_counts(clients, centers)[name], value)
-    block.clip_covariance_triangles(block.raw_covariance_triangles(ids.tolist()))
+        for name, value in node.arithmetic.histogram(clients, basis, server).items():
+            np.testing.assert_array_equal(
+                block.arithmetic.histogram(clients, basis, server)[name], value)
+        for name, value in node.arithmetic.sums_counts(clients, centers).items():
+            np.testing.assert_array_equal(
+                block.arithmetic.sums_counts(clients, centers)[name], value)
+    arithmetic = block.arithmetic
+    arithmetic.clip_covariance_triangles(arithmetic.raw_covariance_triangles(ids.tolist()))
     np.testing.assert_array_equal(stacked, np.concatenate([node.points[c] for c in ids.tolist()]))
 
 
 def test_pooled_points_of_consecutive_and_scattered_clients():
     node = _node("datapoint")  # sizes 1, 13, 4, 0, 9, 2, 7
     for clients, sizes in (([1, 2, 3, 4], [13, 4, 0, 9]), ([4, 1], [9, 13]), ([3], [0])):
-        pooled, owner = node._pooled(clients)
+        pooled, owner = node.memory.pooled(clients)
         np.testing.assert_array_equal(pooled, np.concatenate([node.points[c] for c in clients]))
         np.testing.assert_array_equal(owner, np.repeat(np.arange(len(clients)), sizes))
         assert owner.dtype == np.int64
-    assert np.shares_memory(node._pooled([1, 2, 3, 4])[0], node.points[1])  # a view
-    pooled, owner = node._pooled([])
+    assert np.shares_memory(node.memory.pooled([1, 2, 3, 4])[0], node.points[1])  # a view
+    pooled, owner = node.memory.pooled([])
     assert pooled.shape == (0, 5) and owner.shape == (0,)

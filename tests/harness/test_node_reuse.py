@@ -30,19 +30,20 @@ POINTS = {0: [[3, 4], [0, 1]], 1: [[6, 8], [0, 0]], 2: [[1, 0], [0, 2]]}
 
 def test_step_one_takes_the_estimate_round_s_rows_of_the_clients_the_clip_left_alone():
     node = _node(POINTS)
-    node.estimates([0, 1, 2])
-    np.testing.assert_array_equal(node._norms, [5, 1, 10, 0, 1, 2])  # kept from that pass
+    node.arithmetic.estimates([0, 1, 2])
+    np.testing.assert_array_equal(node.memory.norms, [5, 1, 10, 0, 1, 2])  # kept from that pass
     assert len(node.reusable) == 3
     node.clip_to(5.0)  # only client 1's point (norm 10) moves, to (3, 4)
     assert node.clipped_clients == {1} and len(node.reusable) == 2
     np.testing.assert_array_equal(node.raw_norms[1], [10, 0])
-    rows = node.covariance_triangles([0, 1, 2])["covariance"]
+    rows = node.arithmetic.covariance_triangles([0, 1, 2])["covariance"]
     # upper triangles (xx, xy, yy) of X^T X: 9+0, 12+0, 16+1; 9, 12, 16 after the clip; 1, 0, 4
     np.testing.assert_array_equal(rows, [[9, 12, 17], [9, 12, 16], [1, 0, 4]])
     assert len(node.reusable) == 0 and node.reusable.nbytes == 0
     fresh = _node(POINTS)
     fresh.clip_to(5.0)
-    np.testing.assert_array_equal(fresh.covariance_triangles([0, 1, 2])["covariance"], rows)
+    np.testing.assert_array_equal(
+        fresh.arithmetic.covariance_triangles([0, 1, 2])["covariance"], rows)
 
 
 def test_a_client_with_fewer_points_than_dimensions_is_normed_by_its_gram_and_not_kept():
@@ -51,21 +52,22 @@ def test_a_client_with_fewer_points_than_dimensions_is_normed_by_its_gram_and_no
     # + 2 * 16 + 16 + 169 = 234
     node = NodeData(parse_config({**CLIENT, "data.dim": 3}), np.array([0, 1]),
                     {0: np.array([[1., 2, 2], [0, 0, 3]]), 1: np.eye(3)}, {0: None, 1: None})
-    moments = node._second_moment_norms([0, 1])
+    moments = node.arithmetic._second_moment_norms([0, 1])
     assert moments[0] == pytest.approx(np.sqrt(234), rel=1e-15)
     assert moments[1] == pytest.approx(np.sqrt(3), rel=1e-15)  # X^T X = I, kept
     assert len(node.reusable) == 1
-    rows = node.covariance_triangles([0, 1])["covariance"]
+    rows = node.arithmetic.covariance_triangles([0, 1])["covariance"]
     np.testing.assert_array_equal(rows, [[1, 2, 2, 4, 4, 13], [1, 0, 0, 1, 0, 1]])
 
 
 def test_a_later_stage_drops_rows_step_one_did_not_take():
     node = _node(POINTS)
-    node.estimates([0, 1, 2])
-    node.covariance_triangles([2])  # a sampled step 1 asks only client 2
+    node.arithmetic.estimates([0, 1, 2])
+    node.arithmetic.covariance_triangles([2])  # a sampled step 1 asks only client 2
     assert len(node.reusable) == 2 and node.reusable.nbytes > 0
-    node.sums_counts([0, 1, 2], np.zeros((1, 2)))
-    assert len(node.reusable) == 0 and node.nbytes == node._stacked.nbytes + node._norms.nbytes
+    node.arithmetic.sums_counts([0, 1, 2], np.zeros((1, 2)))
+    assert len(node.reusable) == 0
+    assert node.nbytes == node.memory.stacked.nbytes + node.memory.norms.nbytes
 
 
 def test_a_mixture_node_built_once_answers_step_one_as_one_loaded_clipped():
@@ -74,8 +76,8 @@ def test_a_mixture_node_built_once_answers_step_one_as_one_loaded_clipped():
             "privacy.clip-covariance": 50.0}
     unclipped = NodeData.load(parse_config({**flat, "privacy.data-radius": "auto"}), 1, 2)
     ids = unclipped.client_ids.tolist()
-    unclipped.estimates(ids)
-    radius = float(np.quantile(unclipped._norms, 0.98))  # a few clients' points outside
+    unclipped.arithmetic.estimates(ids)
+    radius = float(np.quantile(unclipped.memory.norms, 0.98))  # a few clients' points outside
     config = parse_config({**flat, "privacy.data-radius": radius})
     unclipped.config = config
     unclipped.clip_to(radius)
@@ -83,16 +85,16 @@ def test_a_mixture_node_built_once_answers_step_one_as_one_loaded_clipped():
     assert len(unclipped.reusable) == len(ids) - len(unclipped.clipped_clients)
     direct = NodeData.load(config, 1, 2)
     assert direct.clipped_clients == unclipped.clipped_clients
-    np.testing.assert_array_equal(unclipped.covariance_triangles(ids)["covariance"],
-                                  direct.covariance_triangles(ids)["covariance"])
-    np.testing.assert_array_equal(unclipped.estimates(ids)["estimates"],
-                                  direct.estimates(ids)["estimates"])
+    np.testing.assert_array_equal(unclipped.arithmetic.covariance_triangles(ids)["covariance"],
+                                  direct.arithmetic.covariance_triangles(ids)["covariance"])
+    np.testing.assert_array_equal(unclipped.arithmetic.estimates(ids)["estimates"],
+                                  direct.arithmetic.estimates(ids)["estimates"])
 
 
 def test_the_memory_bound_drops_kept_rows_least_recently_used_node_first(monkeypatch):
     first, second = _node(POINTS), _node(POINTS)
     for node in (first, second):
-        node.estimates([0, 1, 2])
+        node.arithmetic.estimates([0, 1, 2])
     rows = first.reusable.nbytes
     points = first.nbytes - rows
     monkeypatch.setattr(client_app, "_NODES", OrderedDict([("a", first), ("b", second)]))
@@ -101,7 +103,7 @@ def test_the_memory_bound_drops_kept_rows_least_recently_used_node_first(monkeyp
     assert (len(first.reusable), len(second.reusable)) == (0, 3)
     monkeypatch.setattr(client_app, "_CURRENT", client_app._CurrentRun(budget=2 * points))
     client_app.keep_within_budget()  # the current node's rows too; no point is spilled
-    assert len(second.reusable) == 0 and not first.spilled and not second.spilled
+    assert len(second.reusable) == 0 and not first.memory.spilled and not second.memory.spilled
 
 
 def test_a_client_level_run_gives_the_same_bits_whether_its_nodes_keep_rows_or_spill(tmp_path):
@@ -130,12 +132,13 @@ def test_a_client_s_triangle_is_the_same_bits_in_any_batch(n, d):
     points = {c: rng.normal(size=(n + (c % 7 == 0), d)) * 10 for c in range(40)}
     node = NodeData(parse_config({"data.dim": d}), np.arange(40), points,
                     dict.fromkeys(points))
-    runs = [(i, j) for i, j, _ in node._equal_size_runs(list(range(40)), 32)]
+    runs = [(i, j) for i, j, _ in node.memory.equal_size_runs(list(range(40)), 32)]
     assert (1, 7) in runs and (0, 1) in runs  # batched and single clients both
-    batched = node.raw_covariance_triangles(list(range(40)))
-    one_by_one = np.concatenate([node.raw_covariance_triangles([c]) for c in range(40)])
+    batched = node.arithmetic.raw_covariance_triangles(list(range(40)))
+    one_by_one = np.concatenate([node.arithmetic.raw_covariance_triangles([c]) for c in range(40)])
     np.testing.assert_array_equal(batched, one_by_one)
-    np.testing.assert_array_equal(node.raw_covariance_triangles([5, 3, 4]), batched[[5, 3, 4]])
+    np.testing.assert_array_equal(node.arithmetic.raw_covariance_triangles([5, 3, 4]),
+                                  batched[[5, 3, 4]])
     rows, cols = np.triu_indices(d)
     reference = np.stack([blas.dsyrk(1.0, node.points[c], trans=1, lower=0).T.reshape(-1)[
         cols * d + rows] for c in range(40)])
@@ -153,8 +156,8 @@ def test_a_private_node_takes_its_points_norms_while_it_maps_them():
                         {0: None, 1: None})
         node.transform_to(shift)
         mapped = np.concatenate([points[0], points[1]]) - np.arange(5.0)
-        np.testing.assert_array_equal(node._stacked, mapped)
+        np.testing.assert_array_equal(node.memory.stacked, mapped)
         if expected is None:
-            assert node._norms is None
+            assert node.memory.norms is None
         else:  # the bits of the norms of the mapped points, taken later
-            np.testing.assert_array_equal(node._norms, row_norms(mapped))
+            np.testing.assert_array_equal(node.memory.norms, row_norms(mapped))

@@ -51,9 +51,11 @@ def _answers(node: NodeData) -> dict:
     centers, basis = rng.normal(size=(3, 5)), np.linalg.qr(rng.normal(size=(5, 3)))[0].T
     clients = node.client_ids.tolist()
     with node.resident():
-        return {**node.covariance_triangles(clients), **node.sums_counts(clients, centers),
-                **node.histogram(clients[1:4], basis, rng.normal(size=(7, 3))),
-                **node.evaluate(centers)}
+        arithmetic = node.arithmetic
+        return {**arithmetic.covariance_triangles(clients),
+                **arithmetic.sums_counts(clients, centers),
+                **arithmetic.histogram(clients[1:4], basis, rng.normal(size=(7, 3))),
+                **arithmetic.evaluate(centers)}
 
 
 def test_a_spilled_node_and_one_opened_from_its_files_answer_the_same(tmp_path):
@@ -61,7 +63,7 @@ def test_a_spilled_node_and_one_opened_from_its_files_answer_the_same(tmp_path):
     node = NodeData.load(config, 2, 3)
     before = _answers(node)
     path = node.spill(tmp_path, "n2")
-    assert node.spilled and node.nbytes == 0 and not node.points
+    assert node.memory.spilled and node.nbytes == 0 and not node.points
     opened = NodeData.open_spilled(config, path)
     assert opened.clipped_clients == node.clipped_clients
     for answers in (_answers(node), _answers(opened)):
@@ -216,7 +218,7 @@ def test_a_node_registered_as_built_is_mapped_and_clipped_without_building_again
     monkeypatch.setattr(NodeData, "load", classmethod(
         lambda cls, *a, **k: loads.append(a) or load.__func__(cls, *a, **k)))
     node = registered.retarget(parse_config(CONFIG), 1, transform=transform)
-    assert loads == [] and node is not None and node.spilled is False
+    assert loads == [] and node is not None and node.memory.spilled is False
     monkeypatch.undo()
     fresh = NodeData.load(parse_config(CONFIG), 1, 3, transform=transform)
     assert node.clipped_clients == fresh.clipped_clients and node.clipped_clients

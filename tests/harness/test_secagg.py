@@ -239,7 +239,7 @@ def test_secagg_run_shows_observers_only_noisy_sums_and_matches_the_offline_sum(
     info = rounds["init-1"]["statistics"]["covariance"]
     bound = statistic_bounds(config.privacy)["covariance"]
     offline = node_contribution(
-        everyone.covariance(clients)["covariance"], bound.server_bound, bound.norm,
+        everyone.arithmetic.covariance(clients)["covariance"], bound.server_bound, bound.norm,
         info["share_std"],
         [generator(config.seed, "noise-share", "init-1/covariance", c) for c in clients],
         symmetric=True,
@@ -429,7 +429,7 @@ def test_two_runs_at_different_epsilon_cannot_cancel_the_noise_shares(
     (y1, s1), (y2, s2) = (_step1_release(flat, tmp_path, eps, 3) for eps in (1.0, 2.0))
     estimate = combine_runs(y1, s1, y2, s2)
     node = _as_the_nodes_hold(parse_config(flat))
-    exact = node.covariance(node.client_ids.tolist())["covariance"].sum(axis=0)
+    exact = node.arithmetic.covariance(node.client_ids.tolist())["covariance"].sum(axis=0)
     p = node.points[0][0]  # the target point; the server knows every other one
     guess = leading_direction(estimate - exact + np.outer(p, p))
     cosine = abs(guess @ p) / np.linalg.norm(p)

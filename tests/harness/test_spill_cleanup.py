@@ -73,8 +73,8 @@ def test_a_nameless_spill_answers_the_same_and_leaves_no_name(private_tmp):
     with node.resident():
         before = {c: node.points[c].copy() for c in node.client_ids.tolist()}
         labels = {c: node.labels[c].copy() for c in node.client_ids.tolist()}
-    assert node.spill_nameless() and node.spilled and node.nbytes == 0
-    assert node.nameless_bytes == 60 * 5 * 8 + 60 * 8  # 4 clients x 15 points, labels
+    assert node.spill_nameless() and node.memory.spilled and node.nbytes == 0
+    assert node.memory.nameless_bytes == 60 * 5 * 8 + 60 * 8  # 4 clients x 15 points, labels
     held = spill_files(os.getpid(), private_tmp)
     assert len(held) == 2 and set(held.values()) == {0o600}  # points, labels
     assert everything_below(private_tmp) == []
@@ -82,7 +82,7 @@ def test_a_nameless_spill_answers_the_same_and_leaves_no_name(private_tmp):
         for c, x in before.items():
             np.testing.assert_array_equal(node.points[c], x)
             np.testing.assert_array_equal(node.labels[c], labels[c])
-    node.close()
+    node.memory.close()
     assert spill_files(os.getpid(), private_tmp) == {}
 
 

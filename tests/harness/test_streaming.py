@@ -152,7 +152,7 @@ def test_a_curious_server_still_sees_every_client_s_row(small_config):
 
     config = parse_config(flat)  # the nodes map their points by the run's public transform
     node = NodeData.load(config, 0, 1, transform=config.public_transform(load_server(config)[0]))
-    expected = node.covariance(list(range(12)))["covariance"]
+    expected = node.arithmetic.covariance(list(range(12)))["covariance"]
     np.testing.assert_allclose(seen.stats["covariance"], expected, rtol=1e-12)
 
 

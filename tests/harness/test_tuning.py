@@ -302,7 +302,7 @@ def test_the_simulated_pool_answers_in_messages_of_about_4096_points():
     server = rng.normal(size=(30, 2))
     replies = pool.query("histogram", ids, {"basis": basis, "projected_server": server},
                          expected=None)
-    whole = pool.node.histogram(ids.tolist(), basis, server)["histogram"]
+    whole = pool.node.arithmetic.histogram(ids.tolist(), basis, server)["histogram"]
     np.testing.assert_array_equal(replies.stats["histogram"], whole)  # integer counts
     assert replies.stats["histogram"].sum() == 20_000
 
@@ -472,8 +472,8 @@ def test_candidates_with_the_same_clips_share_step_1_s_folded_sum():
         # what the pool folds without its cache: the clipped triangles, summed
         node = NodeData(config, ids, dict(points), dict.fromkeys(points))
         sums = RunningSums(expected, fold)
-        sums.add({"covariance": node.clip_covariance_triangles(
-            node.raw_covariance_triangles(ids.tolist()))}, frozenset({"covariance"}))
+        sums.add({"covariance": node.arithmetic.clip_covariance_triangles(
+            node.arithmetic.raw_covariance_triangles(ids.tolist()))}, frozenset({"covariance"}))
         np.testing.assert_array_equal(replies.stats["covariance"], sums.as_rows()["covariance"])
         return replies.stats["covariance"]
 

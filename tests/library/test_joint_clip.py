@@ -87,7 +87,7 @@ def test_a_client_within_the_cap_is_not_scaled():
 # At data-point level one point moves the clipped pair by at most L = sqrt((Delta /
 # sigma_s)^2 + (1 / sigma_c)^2) noise standard deviations (fedkmeans.privacy.budget). The
 # same test drives the server's fold (ServerContext.folds, folded_sum) and a node's clip
-# before its noise shares (NodeData.secagg_clipped, whose share scales are the releases'
+# before its noise shares (SecAggEncoding.clipped, whose share scales are the releases'
 # sigma over sqrt(n_min)); the node's former second clip (the counts in l1 to R sigma_c)
 # breaks the bound.
 DELTA, B, K, D = 4.0, 40, 4, 8  # SMALL: data-radius 4, max-points-per-client 40, k = d/2
@@ -105,12 +105,11 @@ def _central(rows):
 
 
 def _node(rows, *, second_l1_clip=False):
-    node = SecAggEncoding()
-    node.config = parse_config(SMALL)
+    privacy = parse_config(SMALL).privacy
     shares = {n: s / math.sqrt(N_MIN) for n, s in SIGMA.items()}
-    clipped = node.secagg_clipped(rows, shares)
+    clipped = SecAggEncoding(privacy).clipped(rows, shares)
     if second_l1_clip:  # what the node did before issue 49, after the projection
-        bounds = statistic_bounds(node.config.privacy)
+        bounds = statistic_bounds(privacy)
         radius = math.hypot(bounds["sums"].server_bound / SIGMA["sums"],
                             bounds["counts"].server_bound / SIGMA["counts"])
         clipped["counts"] = clip_stacked(clipped["counts"], radius * SIGMA["counts"],
