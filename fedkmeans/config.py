@@ -806,6 +806,11 @@ def _non_private(c: ExperimentConfig) -> bool:
     return not c.is_private
 
 
+def _releases_nothing(c: ExperimentConfig) -> bool:
+    """A private server baseline with no Lloyds step: the clients are asked nothing."""
+    return c.is_private and _without_feddp_init(c) and c.privacy.lloyds_steps == 0
+
+
 def _without_check(c: ExperimentConfig) -> bool:
     return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0 \
         or not c.is_private
@@ -840,6 +845,10 @@ IDLE_RULES = (
     IdleRule(("privacy.epsilon",), lambda c: not ALGORITHMS[c.algorithm].private,
              "a private algorithm (not kfed or lloyds-nonprivate, whose runs add no noise)"),
     IdleRule(NOISE_KEYS, _non_private, _PRIVATE),
+    IdleRule(("privacy.epsilon", "privacy.delta"), _releases_nothing,
+             "a release: FedDP-Init (algorithm 'feddp-kmeans') or privacy.lloyds-steps >= 1 "
+             "or 'auto' (k-means on the server's data with no Lloyds step asks the clients "
+             "nothing)"),
     IdleRule(("privacy.level",), lambda c: _non_private(c) and c.attack == "none",
              "a private run, or an attack (whose differencing removes one unit of this "
              "level)"),

@@ -160,6 +160,8 @@ def test_a_strategy_refuses_a_keyword_the_run_never_reads():
      "FedDP-Init"),
     (["tuning=none", "privacy.estimate-share=0.1"], "privacy.estimate-share",
      "an estimate round"),
+    (["algorithm=server-lloyds", "privacy.lloyds-steps=0", "privacy.epsilon=2"],
+     "privacy.epsilon", "a release"),
 ])
 def test_a_single_run_refuses_a_typed_key_of_settings_it_does_not_have(args, key, reads):
     with pytest.raises(ConfigError, match=f"'{key}' does nothing in this run.*{reads}"):
@@ -200,3 +202,10 @@ def test_a_strategy_s_preprocessing_is_read_at_epsilon_inf_only_for_its_scale():
     with pytest.raises(ConfigError, match="^data_radius does nothing.*private run"):
         FedDPKMeansStrategy(n_clusters=3, epsilon=float("inf"), server_data=server,
                             data_radius=5.0)
+
+
+def test_a_server_baseline_with_lloyds_steps_reads_the_budget():
+    """With a Lloyds step the baseline releases, so epsilon and delta count."""
+    flat = compose_flat(["algorithm=server-lloyds", "privacy.lloyds-steps=2",
+                         "privacy.epsilon=2", "privacy.delta=1e-7"])
+    assert (flat["privacy.epsilon"], flat["privacy.delta"]) == (2.0, 1e-7)
