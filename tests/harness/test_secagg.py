@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import PAPER, run_server_inprocess
+from conftest import PAPER, read_keys, run_server_inprocess
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Stage
 
@@ -338,7 +338,7 @@ def test_secagg_in_the_flower_simulation(small_config, tmp_path):
     assert not np.array_equal(np.array(flower["centers"]), np.array(local["centers"]))
     assert local["privacy"]["releases"] == privacy["releases"]
     # within the noise: the final Lloyd step vs the exact one from the same centers
-    config = parse_config(flat)
+    config = parse_config(read_keys(flat))  # the run's config: SMALL's unread keys settled
     start = Checkpoint.open(tmp_path / "flower" / "checkpoint", config).rounds["init-3"]
     sums, counts = 0.0, 0.0
     transform = config.public_transform(data_access.load_server(config)[0])  # data.center
