@@ -17,20 +17,41 @@ with, summed over the d coordinates,
   noise standard deviations and the released ``n_r``, ``nu_r``;
 * ``W_r = sum_q |q - s_r|^2 / (m_r (m_r - 1))``: the sampling variance of the server's
   mean of its ``m_r`` points of cell r, as if they were a random sample of the cell
-  (public: the server's data);
+  (public: the server's data); a cell with one server point takes the pooled
+  within-cell variance of the cells with two or more, ``sum_r sum_q |q - s_r|^2 /
+  sum_r (m_r - 1)`` (a small cluster the server sampled once is where pooling helps
+  most);
 * ``B_r = max(0, |s_r - nu_r|^2 - V_r - W_r)``: the squared bias of the server's mean,
   the method-of-moments estimate (``E |s - nu|^2 = V + W + bias^2`` for independent
   errors); a server whose points are drawn unlike the clients' shows it here, and its
   weight goes to 0 as its disagreement grows beyond the noise.
 
-A cell with fewer than two server points keeps ``nu_r`` (no sampling variance to
-weigh). Without noise (``sigma_s = sigma_c = 0``) every ``lambda_r`` is 0 and the
-released center is returned unchanged: epsilon = inf is the non-private algorithm.
-Everything here is a function of released values and the server's data, so it costs
-no privacy budget (post-processing).
+The clients clip each point to the data radius Delta before they sum it, so ``nu_r``
+estimates the mean of the cell's *clipped* points; a small cluster far from the data's
+center can lie wholly beyond Delta (the radius is a 99 % quantile of the norms: a
+cluster of 1 % of the points, uneven-cluster family, 1:50), and its mean is then
+pulled towards the origin by the clip, not by noise. The server therefore compares
+like with like: ``s_r``, ``W_r`` and ``B_r`` are of its points clipped to Delta, and
+the pooled center adds back the server's estimate of the clip's shift of the cell's
+mean, ``delta_r = mean(q) - mean(clip(q))`` over its points of the cell, in proportion
+to how well the cell agrees with the clients' (``omega_r = (V_r + W_r) / (V_r + W_r +
+B_r)``: 1 when the disagreement is within the noise, towards 0 for a server drawn
+unlike the clients):
+
+    c_r = nu_r + lambda_r (s_r - nu_r) + omega_r delta_r.
+
+``delta_r`` is 0 for a cell whose server points are all within Delta.
+
+A cell without server points, or with one when no cell has two, keeps ``nu_r``. Without
+noise (``sigma_s = sigma_c = 0``) every ``lambda_r`` is 0 and the released center is
+returned unchanged: epsilon = inf is the non-private algorithm. Everything here is a
+function of released values and the server's data, so it costs no privacy budget (post-
+processing).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -40,6 +61,7 @@ __all__ = ["pool_with_server"]
 def pool_with_server(
     centers: np.ndarray, counts: np.ndarray, server_x: np.ndarray,
     server_cells: np.ndarray, sum_std: float, count_std: float, released: np.ndarray,
+    radius: float = math.inf,
 ) -> np.ndarray:
     """Each released center pooled with the server's mean of its cell (module docstring).
 
@@ -58,6 +80,8 @@ def pool_with_server(
         Standard deviation of one coordinate of the sums' and of the counts' noise.
     released : ndarray of shape (k,), bool
         Which centers are ``m_r / n_r`` (the others are fallbacks, kept as they are).
+    radius : float, default=inf
+        The data radius Delta the clients clipped their points to.
 
     Returns
     -------
@@ -66,18 +90,30 @@ def pool_with_server(
     out = np.array(centers, dtype=np.float64, copy=True)
     if not (sum_std > 0 or count_std > 0):
         return out
-    d = centers.shape[1]
+    k, d = centers.shape
+    sizes = np.bincount(server_cells, minlength=k)[:k]
+    norms = np.linalg.norm(server_x, axis=1)
+    clipped = server_x * np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))[:, None]
+    means, shifts = np.zeros((k, d)), np.zeros((k, d))
+    np.add.at(means, server_cells, clipped)
+    np.add.at(shifts, server_cells, server_x - clipped)
+    means /= np.maximum(sizes, 1)[:, None]
+    shifts /= np.maximum(sizes, 1)[:, None]
+    within = np.zeros(k)
+    np.add.at(within, server_cells, ((clipped - means[server_cells]) ** 2).sum(axis=1))
+    freedom = float(np.maximum(sizes - 1, 0).sum())
+    pooled = float(within.sum()) / freedom if freedom > 0 else math.nan
     for r in np.flatnonzero(released):
-        members = server_x[server_cells == r]
-        m = members.shape[0]
-        if m < 2 or not counts[r] > 0:
+        m, mean = int(sizes[r]), means[r]
+        spread = within[r] / (m - 1) if m >= 2 else pooled
+        if m == 0 or not counts[r] > 0 or not math.isfinite(spread):
             continue
-        mean = members.mean(axis=0)
         noise = (d * sum_std**2 + float(centers[r] @ centers[r]) * count_std**2) / counts[r]**2
-        sampling = float(((members - mean) ** 2).sum()) / (m * (m - 1))
+        sampling = spread / m
         gap = float(((mean - centers[r]) ** 2).sum())
         bias = max(0.0, gap - noise - sampling)
         total = noise + sampling + bias
         if total > 0 and np.isfinite(total):
-            out[r] = centers[r] + noise / total * (mean - centers[r])
+            out[r] = (centers[r] + noise / total * (mean - centers[r])
+                      + (noise + sampling) / total * shifts[r])
     return out

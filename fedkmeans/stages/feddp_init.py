@@ -33,7 +33,6 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import (
-    centers_from_sums,
     eigen_gap,
     merge_centers,
     server_estimate,

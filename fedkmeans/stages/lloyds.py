@@ -33,8 +33,8 @@ import numpy as np
 from fedkmeans.clustering import centers_from_sums
 from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.clustering.pooling import pool_with_server
-from fedkmeans.privacy.registry import GAUSSIAN
-from fedkmeans.server.thresholds import noise_std
+from fedkmeans.config import AUTO
+from fedkmeans.privacy.registry import GAUSSIAN, mechanism
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 
@@ -62,21 +62,23 @@ def released_centers(
     (:func:`~fedkmeans.clustering.centers_from_sums`); the others are pooled with the
     server's mean of their cell (``server_cells``, Q's cell in the partition the round
     sent) by :func:`~fedkmeans.clustering.pooling.pool_with_server`, weighted by the
-    round's public noise standard deviations. Post-processing; unchanged without noise.
+    round's public noise standard deviations, and with the server's estimate of the
+    shift the clients' clip to the data radius gave the cell's mean. Post-processing;
+    unchanged without noise.
     """
     centers, used_fallback = centers_from_sums(
         released["sums"], released["counts"], fallback=fallback,
         min_count=ctx.min_cluster_count(group, fallback),
     )
     sums, counts = ctx.releases.get(f"{group}/sums"), ctx.releases.get(f"{group}/counts")
-    if not POOL or sums is None or counts is None or not ctx.config.is_private:
+    radius = ctx.config.privacy.data_radius  # the clients' clip; resolved before this round
+    if sums is None or counts is None or not ctx.config.is_private:
         return centers
-    return pool_with_server(centers, released["counts"], ctx.server_x, server_cells,
-                            noise_std(sums), noise_std(counts), ~used_fallback)
-
-
-import os
-POOL = os.environ.get("FEDKMEANS_POOL", "1") == "1"
+    return pool_with_server(
+        centers, released["counts"], ctx.server_x, server_cells,
+        mechanism(sums.mechanism).std(sums.noise_scale),
+        mechanism(counts.mechanism).std(counts.noise_scale), ~used_fallback,
+        math.inf if radius == AUTO else float(radius))
 
 
 def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray:
