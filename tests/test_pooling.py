@@ -59,18 +59,35 @@ def test_a_server_drawn_unlike_the_clients_gets_almost_no_weight():
     assert moved < 0.01 * gap
 
 
-def test_the_weight_is_the_noise_over_noise_sampling_and_bias():
-    # one cell, hand-checked: lambda = V / (V + W + B) with B = max(0, gap - V - W)
+def test_the_weight_is_the_noise_over_noise_and_sampling_inflated_by_the_disagreement():
+    # one cell, hand-checked per coordinate: lambda_j = V_j / ((V_j + W_j) kappa) with
+    # kappa = max(1, mean_j gap_j / (V_j + W_j))
     centers = np.array([[0.0, 0.0]])
-    server = np.array([[1.0, 0.0], [3.0, 0.0]])  # mean (2, 0), sum of squares 2
-    n, sum_std, count_std = 10.0, 4.0, 0.0
-    noise = 2 * sum_std**2 / n**2                 # 0.32
-    sampling = 2.0 / (2 * 1)                      # 1.0
-    gap = 4.0
-    weight = noise / (noise + sampling + (gap - noise - sampling))
-    out = pool_with_server(centers, np.array([n]), server, np.zeros(2, int), sum_std,
-                           count_std, np.array([True]))
-    np.testing.assert_allclose(out[0], [2.0 * weight, 0.0])
+    server = np.array([[1.0, 0.0], [3.0, 0.0]])  # mean (2, 0); within (2, 0), 1 dof
+    n, sum_std = 10.0, 4.0
+    noise = sum_std**2 / n**2                      # 0.16 in each coordinate
+    sampling = np.array([2.0 / (2 * 1), 0.0])      # (1.0, 0.0)
+    gap = np.array([4.0, 0.0])
+    kappa = max(1.0, float(np.mean(gap / (noise + sampling))))
+    weight = noise / ((noise + sampling) * kappa)
+    out = pool_with_server(centers, np.array([n]), server, np.zeros(2, int), sum_std, 0.0,
+                           np.array([True]))
+    np.testing.assert_allclose(out[0], weight * np.array([2.0, 0.0]))
+    assert kappa > 1
+
+
+def test_each_coordinate_gets_its_own_weight():
+    # coordinate 0 on a scale of 100, coordinate 1 on a scale of 0.01: the server's mean
+    # of 50 points is worthless in the first against noise 1 and exact in the second, so
+    # pooling keeps the noisy center there and takes the server's here
+    rng = np.random.default_rng(5)
+    truth = np.zeros(2)
+    server = truth + rng.normal(size=(50, 2)) * np.array([100.0, 0.01])
+    nu = truth + rng.normal(scale=1.0, size=2)
+    out = pool_with_server(nu[None], np.array([100.0]), server, np.zeros(50, int), 100.0,
+                           0.0, np.array([True]))
+    assert abs(out[0, 0] - nu[0]) < 0.1 * abs(server[:, 0].mean() - nu[0])
+    assert abs(out[0, 1] - truth[1]) < 0.1 * abs(nu[1] - truth[1])
 
 
 def test_fallback_centers_and_cells_without_server_points_are_kept():
@@ -84,16 +101,17 @@ def test_fallback_centers_and_cells_without_server_points_are_kept():
 
 
 def test_a_cell_with_one_server_point_takes_the_pooled_within_cell_variance():
-    # cell 0: two points, within sum of squares 2 (1 degree of freedom): pooled 2.0;
-    # cell 1: one point at (4, 0), released center at 0, no noise on the counts
+    # cell 0: two points, within (2, 0) on 1 degree of freedom: pooled (2, 0); cell 1:
+    # one point at (4, 0), released center at 0, no noise on the counts
     centers = np.array([[0.0, 0.0], [0.0, 0.0]])
     server = np.array([[1.0, 0.0], [3.0, 0.0], [4.0, 0.0]])
     n, sum_std = 10.0, 4.0
-    noise, sampling, gap = 2 * sum_std**2 / n**2, 2.0 / 1, 16.0
-    weight = noise / (noise + sampling + (gap - noise - sampling))
+    noise, sampling, gap = sum_std**2 / n**2, np.array([2.0, 0.0]), np.array([16.0, 0.0])
+    kappa = max(1.0, float(np.mean(gap / (noise + sampling))))
+    weight = noise / ((noise + sampling) * kappa)
     out = pool_with_server(centers, np.array([n, n]), server, np.array([0, 0, 1]),
                            sum_std, 0.0, np.array([False, True]))
-    np.testing.assert_allclose(out[1], [4.0 * weight, 0.0])
+    np.testing.assert_allclose(out[1], weight * np.array([4.0, 0.0]))
     np.testing.assert_array_equal(out[0], centers[0])
 
 

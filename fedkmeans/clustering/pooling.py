@@ -4,46 +4,53 @@ A released center ``nu_r = m_r / n_r`` (FedDP-Init step 3, a FedDP-Lloyds step) 
 mean of the clients' points in cell r of the partition the round sent, plus noise of a
 known variance. The server's points in the same cell give a second, independent
 estimate of that mean, ``s_r``, noise-free but possibly biased (the server's data need
-not be drawn like the clients'). The pooled center is the combination of the two that
-minimises the expected squared error given the estimated variances and bias,
+not be drawn like the clients'). Coordinate by coordinate j, the pooled center is the
+combination of the two that minimises the expected squared error given the estimated
+variances and bias,
 
-    c_r = nu_r + lambda_r (s_r - nu_r),   lambda_r = V_r / (V_r + W_r + B_r),
+    c_rj = nu_rj + lambda_rj (s_rj - nu_rj),   lambda_rj = V_rj / ((V_rj + W_rj) kappa_r),
 
-with, summed over the d coordinates,
+with
 
-* ``V_r = (d sigma_s^2 + |nu_r|^2 sigma_c^2) / n_r^2``: the noisy center's variance to
+* ``V_rj = (sigma_s^2 + nu_rj^2 sigma_c^2) / n_r^2``: the noisy center's variance to
   first order (``nu = (S + e) / (N + f)``, ``e ~ N(0, sigma_s^2 I_d)``, ``f ~ N(0,
   sigma_c^2)``: ``nu - S / N ~ e / N - (S / N) f / N``), from the release's public
   noise standard deviations and the released ``n_r``, ``nu_r``;
-* ``W_r = sum_q |q - s_r|^2 / (m_r (m_r - 1))``: the sampling variance of the server's
-  mean of its ``m_r`` points of cell r, as if they were a random sample of the cell
-  (public: the server's data); a cell with one server point takes the pooled
-  within-cell variance of the cells with two or more, ``sum_r sum_q |q - s_r|^2 /
+* ``W_rj = sum_q (q_j - s_rj)^2 / (m_r (m_r - 1))``: the sampling variance of the
+  server's mean of its ``m_r`` points of cell r, as if they were a random sample of the
+  cell (public: the server's data); a cell with one server point takes the pooled
+  within-cell variance of the cells with two or more, ``sum_r sum_q (q_j - s_rj)^2 /
   sum_r (m_r - 1)`` (a small cluster the server sampled once is where pooling helps
   most);
-* ``B_r = max(0, |s_r - nu_r|^2 - V_r - W_r)``: the squared bias of the server's mean,
-  the method-of-moments estimate (``E |s - nu|^2 = V + W + bias^2`` for independent
-  errors); a server whose points are drawn unlike the clients' shows it here, and its
-  weight goes to 0 as its disagreement grows beyond the noise.
+* ``kappa_r = max(1, (1/d) sum_j (s_rj - nu_rj)^2 / (V_rj + W_rj))``: how much more the
+  two disagree than their variances explain (``E (s - nu)^2 = V + W + bias^2`` for
+  independent errors: each term is about 1 without bias). A server whose points are
+  drawn unlike the clients' shows it here, and its weight goes to 0 as its disagreement
+  grows beyond the noise. Taking the bias as kappa_r - 1 times the variances in every
+  coordinate keeps the per-coordinate weights (features on scales 1e-2 .. 1e2: the
+  server's mean is exact on the small ones and worthless on the large ones, while the
+  noise is the same in every coordinate: one weight for the whole center would take
+  the server's mean where it is worst); on equal coordinates it is the
+  method-of-moments weight ``V / (V + W + B)`` with ``B = max(0, |s - nu|^2 - V - W)``
+  summed over coordinates.
 
 The clients clip each point to the data radius Delta before they sum it, so ``nu_r``
 estimates the mean of the cell's *clipped* points; a small cluster far from the data's
 center can lie wholly beyond Delta (the radius is a 99 % quantile of the norms: a
 cluster of 1 % of the points, uneven-cluster family, 1:50), and its mean is then
 pulled towards the origin by the clip, not by noise. The server therefore compares
-like with like: ``s_r``, ``W_r`` and ``B_r`` are of its points clipped to Delta, and
+like with like: ``s_r``, ``W_r`` and ``kappa_r`` are of its points clipped to Delta, and
 the pooled center adds back the server's estimate of the clip's shift of the cell's
 mean, ``delta_r = mean(q) - mean(clip(q))`` over its points of the cell, in proportion
-to how well the cell agrees with the clients' (``omega_r = (V_r + W_r) / (V_r + W_r +
-B_r)``: 1 when the disagreement is within the noise, towards 0 for a server drawn
-unlike the clients):
+to how well the cell agrees with the clients' (``1 / kappa_r``: 1 when the disagreement
+is within the noise, towards 0 for a server drawn unlike the clients):
 
-    c_r = nu_r + lambda_r (s_r - nu_r) + omega_r delta_r.
+    c_r = nu_r + lambda_r (s_r - nu_r) + delta_r / kappa_r.
 
 ``delta_r`` is 0 for a cell whose server points are all within Delta.
 
 A cell without server points, or with one when no cell has two, keeps ``nu_r``. Without
-noise (``sigma_s = sigma_c = 0``) every ``lambda_r`` is 0 and the released center is
+noise (``sigma_s = sigma_c = 0``) every ``lambda_rj`` is 0 and the released center is
 returned unchanged: epsilon = inf is the non-private algorithm. Everything here is a
 function of released values and the server's data, so it costs no privacy budget (post-
 processing).
@@ -94,26 +101,28 @@ def pool_with_server(
     sizes = np.bincount(server_cells, minlength=k)[:k]
     norms = np.linalg.norm(server_x, axis=1)
     clipped = server_x * np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))[:, None]
-    means, shifts = np.zeros((k, d)), np.zeros((k, d))
+    means, shifts, within = np.zeros((k, d)), np.zeros((k, d)), np.zeros((k, d))
     np.add.at(means, server_cells, clipped)
     np.add.at(shifts, server_cells, server_x - clipped)
     means /= np.maximum(sizes, 1)[:, None]
     shifts /= np.maximum(sizes, 1)[:, None]
-    within = np.zeros(k)
-    np.add.at(within, server_cells, ((clipped - means[server_cells]) ** 2).sum(axis=1))
+    np.add.at(within, server_cells, (clipped - means[server_cells]) ** 2)
     freedom = float(np.maximum(sizes - 1, 0).sum())
-    pooled = float(within.sum()) / freedom if freedom > 0 else math.nan
+    pooled = within.sum(axis=0) / freedom if freedom > 0 else np.full(d, math.nan)
     for r in np.flatnonzero(released):
-        m, mean = int(sizes[r]), means[r]
+        m = int(sizes[r])
         spread = within[r] / (m - 1) if m >= 2 else pooled
-        if m == 0 or not counts[r] > 0 or not math.isfinite(spread):
+        if m == 0 or not counts[r] > 0 or not np.all(np.isfinite(spread)):
             continue
-        noise = (d * sum_std**2 + float(centers[r] @ centers[r]) * count_std**2) / counts[r]**2
-        sampling = spread / m
-        gap = float(((mean - centers[r]) ** 2).sum())
-        bias = max(0.0, gap - noise - sampling)
-        total = noise + sampling + bias
-        if total > 0 and np.isfinite(total):
-            out[r] = (centers[r] + noise / total * (mean - centers[r])
-                      + (noise + sampling) / total * shifts[r])
+        noise = (sum_std**2 + centers[r] ** 2 * count_std**2) / counts[r] ** 2
+        both = noise + spread / m
+        gap = (means[r] - centers[r]) ** 2
+        known = both > 0
+        if not known.any():
+            continue
+        inflation = max(1.0, float(np.sum(gap[known] / both[known])) / int(known.sum()))
+        if not math.isfinite(inflation):
+            continue
+        weight = np.divide(noise, both * inflation, out=np.zeros(d), where=known)
+        out[r] = centers[r] + weight * (means[r] - centers[r]) + shifts[r] / inflation
     return out
