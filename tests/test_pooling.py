@@ -129,3 +129,19 @@ def test_a_cluster_beyond_the_data_radius_gets_the_clip_shift_back():
                            1.0, np.array([True]), radius=radius)
     assert np.linalg.norm(nu - truth) > 4.0
     assert np.linalg.norm(out[0] - truth) < 0.5
+
+
+def test_a_few_far_server_points_do_not_shift_a_cell_whose_clients_lie_within_the_radius():
+    # 20 server points of the cluster at distance 5 (within the radius 15) and 3 far
+    # points of a server drawn unlike the clients: the clip's shift added back is their
+    # median, 0, so the pooled center is pulled by the clipped means only
+    rng = np.random.default_rng(6)
+    d, radius, truth = 5, 15.0, np.r_[5.0, np.zeros(4)]
+    server = np.vstack([truth + rng.normal(size=(20, d)), np.full((3, d), 40.0)])
+    nu = truth + rng.normal(scale=0.05, size=d)
+    out = pool_with_server(nu[None], np.array([2000.0]), server, np.zeros(23, int), 100.0,
+                           1.0, np.array([True]), radius=radius)
+    clipped = server * np.minimum(1, radius / np.linalg.norm(server, axis=1))[:, None]
+    unshifted = pool_with_server(nu[None], np.array([2000.0]), clipped, np.zeros(23, int),
+                                 100.0, 1.0, np.array([True]))
+    np.testing.assert_allclose(out, unshifted)  # the clipped comparison, no shift added
