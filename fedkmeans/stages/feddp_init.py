@@ -33,7 +33,6 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import (
-    centers_from_sums,
     eigen_gap,
     merge_centers,
     server_estimate,
@@ -41,10 +40,11 @@ from fedkmeans.clustering import (
     usable_weights,
     weighted_kmeans,
 )
+from fedkmeans.clustering.distances import squared_distances
 from fedkmeans.clustering.elbow import choose_k
 from fedkmeans.privacy.registry import GAUSSIAN, LAPLACE
 from fedkmeans.stages.context import StageContext
-from fedkmeans.stages.lloyds import COUNTS, SUMS
+from fedkmeans.stages.lloyds import COUNTS, SUMS, released_centers
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 from fedkmeans.wire import TRIANGLE
 
@@ -145,10 +145,8 @@ def centers_from_clients(
             expected=PROJECTED_CENTERS.expected(total, ctx.pool.dim),
         )
         released = PROJECTED_CENTERS.release(ctx, replies, group)
-        centers, _ = centers_from_sums(
-            released["sums"], released["counts"], fallback=fallback,
-            min_count=ctx.min_cluster_count(group, fallback),
-        )
+        cells = squared_distances(ctx.server_x @ basis.T, projected_centers).argmin(axis=1)
+        centers = released_centers(ctx, group, released, fallback, cells)
         return {"centers": merge_centers(centers, released["counts"], k,
                                          seed=ctx.int_seed(group, "merge"),
                                          warn=ctx.warn_once("spare-centers fallback"))}

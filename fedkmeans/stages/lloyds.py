@@ -32,11 +32,14 @@ import math
 import numpy as np
 
 from fedkmeans.clustering import centers_from_sums
-from fedkmeans.privacy.registry import GAUSSIAN
+from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.clustering.pooling import pool_with_server
+from fedkmeans.config import AUTO
+from fedkmeans.privacy.registry import GAUSSIAN, mechanism
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, register
 
-__all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step"]
+__all__ = ["COUNTS", "LLOYDS", "SUMS", "lloyds_step", "released_centers"]
 
 SUMS = Statistic(
     "sums", "l2", per_point=lambda privacy: (math.inf, privacy.data_radius),
@@ -48,6 +51,35 @@ COUNTS = Statistic(
     client_bound=lambda privacy: privacy.clip_counts, shape=lambda k, d, m: (k,),
     joint="clusters",
 )
+
+
+def released_centers(
+    ctx: StageContext, group: str, released: dict, fallback: np.ndarray,
+    server_cells: np.ndarray,
+) -> np.ndarray:
+    """``nu_r = m_r / n_r`` of a round's released sums and counts, pooled with Q.
+
+    Clusters whose noisy count is below ``min-cluster-count`` keep ``fallback``
+    (:func:`~fedkmeans.clustering.centers_from_sums`); the others are pooled with the
+    server's mean of their cell (``server_cells``, Q's cell in the partition the round
+    sent) by :func:`~fedkmeans.clustering.pooling.pool_with_server`, weighted by the
+    round's public noise standard deviations, and with the server's estimate of the
+    shift the clients' clip to the data radius gave the cell's mean. Post-processing;
+    unchanged without noise.
+    """
+    centers, used_fallback = centers_from_sums(
+        released["sums"], released["counts"], fallback=fallback,
+        min_count=ctx.min_cluster_count(group, fallback),
+    )
+    sums, counts = ctx.releases.get(f"{group}/sums"), ctx.releases.get(f"{group}/counts")
+    radius = ctx.config.privacy.data_radius  # the clients' clip; resolved before this round
+    if sums is None or counts is None or not ctx.config.is_private:
+        return centers
+    return pool_with_server(
+        centers, released["counts"], ctx.server_x, server_cells,
+        mechanism(sums.mechanism).std(sums.noise_scale),
+        mechanism(counts.mechanism).std(counts.noise_scale), ~used_fallback,
+        math.inf if radius == AUTO else float(radius))
 
 
 def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray:
@@ -66,11 +98,8 @@ def lloyds_step(ctx: StageContext, centers: np.ndarray, step: int) -> np.ndarray
         replies = ctx.query(LLOYDS.name, group, {"centers": centers},
                             expected=LLOYDS.expected(ctx.k, ctx.pool.dim))
         released = LLOYDS.release(ctx, replies, group)
-        new_centers, _ = centers_from_sums(
-            released["sums"], released["counts"], fallback=centers,
-            min_count=ctx.min_cluster_count(group, centers),
-        )
-        return {"centers": new_centers}
+        cells = squared_distances(ctx.server_x, centers).argmin(axis=1)
+        return {"centers": released_centers(ctx, group, released, centers, cells)}
 
     return ctx.round(group, compute)["centers"]
 
