@@ -1,6 +1,8 @@
 """Shared fixtures: a small mixture federation that runs in about a second in-process."""
 
+import logging
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -122,3 +124,20 @@ def read_keys(flat):
     from fedkmeans.config import parse_config, settle_idle_keys
 
     return settle_idle_keys(parse_config(flat), typed=()).to_flat()
+
+
+@contextmanager
+def flower_log_lines():
+    """The messages Flower's logger emits meanwhile (what ``flwr run --stream`` streams)."""
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    flower, handler = logging.getLogger("flwr"), Lines()
+    flower.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        flower.removeHandler(handler)

@@ -13,7 +13,7 @@ import traceback
 
 import numpy as np
 import pytest
-from conftest import PAPER, SMALL, read_keys, run_server_inprocess
+from conftest import PAPER, SMALL, flower_log_lines, read_keys, run_server_inprocess
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import PrivacySpent
@@ -352,24 +352,11 @@ def test_a_flower_event_alone_costs_the_analytic_gaussian_s_epsilon():
 
 def test_a_user_s_own_app_shows_the_progress_and_summary_lines(tmp_path):
     """Through Flower's logger, as ``flwr run --stream`` streams it; the estimator is quiet."""
-    import logging
-
     flat = {**SMALL, "privacy.reproducible-noise": True}
     config = parse_config(flat)
-    lines = []
-
-    class Lines(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    flower = logging.getLogger("flwr")
-    handler = Lines()
-    flower.addHandler(handler)
-    try:
+    with flower_log_lines() as lines:
         FedDPKMeansStrategy(n_clusters=4, server_data=data_access.load_server(config)[0],
-                    **_settings(flat)).start(grid=_grid(_user_app(config)))
-    finally:
-        flower.removeHandler(handler)
+                            **_settings(flat)).start(grid=_grid(_user_app(config)))
     progress = [line for line in lines if line.startswith("[progress] round ")]
     assert progress and progress[-1].endswith(f"({len(progress)}/{len(progress)})")
     summary = [line for line in lines if line.startswith("[summary] feddp-kmeans: returned ")]

@@ -11,13 +11,13 @@ is stopped by PID.
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import flower_log_lines
 from flwr.app import Context, RecordDict
 
 from fedkmeans.experiment.engines.flower import flower_env, processes_with_env, stop_all
@@ -57,20 +57,9 @@ def test_the_user_app_runs_in_process(tmp_path, monkeypatch, capsys):
     grid = InProcessGrid(client_app.app, {}, [{"partition-id": i, "num-partitions": 3}
                                               for i in range(3)], run_id)
     config = {"epsilon": 1.0, "num-nodes": 3, "curious": True, "out": str(tmp_path)}
-    lines = []
-
-    class Lines(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    flower = logging.getLogger("flwr")
-    handler = Lines()
-    flower.addHandler(handler)
-    try:
+    with flower_log_lines() as lines:
         server_app.main(grid, Context(run_id=run_id, node_id=0, node_config={},
                                       state=RecordDict(), run_config=config))
-    finally:
-        flower.removeHandler(handler)
     # the estimate round runs before the plan knows the round count: "(1)", then "(2/5)"
     progress = [line for line in lines if line.startswith("[progress] round ")]
     assert progress[0].endswith("(1)") and progress[0].startswith("[progress] round estimate")
