@@ -105,12 +105,20 @@ def pool_with_server(
         return out
     k, d = centers.shape
     sizes = np.bincount(server_cells, minlength=k)[:k]
-    norms = np.linalg.norm(server_x, axis=1)
-    clipped = server_x * np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))[:, None]
-    means, within = np.zeros((k, d)), np.zeros((k, d))
-    np.add.at(means, server_cells, clipped)
-    means /= np.maximum(sizes, 1)[:, None]
-    np.add.at(within, server_cells, (clipped - means[server_cells]) ** 2)
+    norms = np.sqrt(np.einsum("ij,ij->i", server_x, server_x))
+    beyond = norms > radius
+    clipped = server_x
+    if beyond.any():
+        factor = np.minimum(1.0, radius / np.maximum(norms, np.finfo(float).tiny))
+        clipped = server_x * factor[:, None]
+    # the median shift of a cell is 0 unless at least half its points are beyond Delta
+    far = 2 * np.bincount(server_cells[beyond], minlength=k)[:k] >= np.maximum(sizes, 1)
+    # per-cell sums as one (k, m) x (m, d) product (np.add.at is ~50 x slower on a
+    # large Q, and this runs in every round of every simulated run of the tuning)
+    member = np.zeros((k, server_x.shape[0]))
+    member[server_cells, np.arange(server_x.shape[0])] = 1.0
+    means = member @ clipped / np.maximum(sizes, 1)[:, None]
+    within = member @ (clipped - means[server_cells]) ** 2
     freedom = float(np.maximum(sizes - 1, 0).sum())
     pooled = within.sum(axis=0) / freedom if freedom > 0 else np.full(d, math.nan)
     for r in np.flatnonzero(released):
@@ -128,7 +136,8 @@ def pool_with_server(
         if not math.isfinite(inflation):
             continue
         weight = np.divide(noise, both * inflation, out=np.zeros(d), where=known)
-        own = server_cells == r
-        shift = np.median(server_x[own] - clipped[own], axis=0)
-        out[r] = centers[r] + weight * (means[r] - centers[r]) + shift / inflation
+        out[r] = centers[r] + weight * (means[r] - centers[r])
+        if far[r]:
+            own = server_cells == r
+            out[r] += np.median(server_x[own] - clipped[own], axis=0) / inflation
     return out
