@@ -626,6 +626,12 @@ def _coerce_k(raw: Any) -> int:
     return value
 
 
+def _field_of(key_: str) -> tuple[str, str]:
+    """A flat key's section and attribute: ``privacy.clip-sums`` -> ``("privacy", "clip_sums")``."""
+    section, _, name = key_.rpartition(".")
+    return section, name.replace("-", "_")
+
+
 def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     """Build and validate an :class:`ExperimentConfig` from a flat dotted mapping.
 
@@ -654,8 +660,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     default_obj = _defaults()
     for key_, raw in flat.items():
-        section, _, name = key_.rpartition(".")
-        attr = name.replace("-", "_")
+        section, attr = _field_of(key_)
         if section:
             default = getattr(getattr(default_obj, section), attr)
             sections[section][attr] = _coerce(key_, raw, default)
@@ -962,8 +967,7 @@ def _with_defaults(config: ExperimentConfig, keys: Collection[str]) -> Experimen
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {}
     for key_ in keys:
-        section, _, name = key_.rpartition(".")
-        attr = name.replace("-", "_")
+        section, attr = _field_of(key_)
         if section:
             sections.setdefault(section, {})[attr] = getattr(getattr(default_obj, section), attr)
         else:
