@@ -15,11 +15,12 @@ counts to the per-point change (the old ledger) and must show eps_LB above the c
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from results_table import write_tables
 
-from fedkmeans.attacks.release_audit import audit_release, legacy_plan
+from fedkmeans.attacks.release_audit import audit_release, legacy_derivation
 from fedkmeans.attacks.sensitivity_audit import LEVELS, AuditSetup, planned_releases
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -43,9 +44,8 @@ def main() -> None:
     cases += [(planted_setup, name, "laplace", True) for name in PLANTED]
     rows = []
     for setup, name, _mechanism, planted in cases:
-        hook = legacy_plan(setup.config().privacy) if planted else None
-        r = audit_release(setup, name, trials=args.trials, selection=args.selection,
-                          plan_hook=hook)
+        with legacy_derivation() if planted else contextlib.nullcontext():
+            r = audit_release(setup, name, trials=args.trials, selection=args.selection)
         level, statistic = setup.level, name
         row = {
             "level": level, "release": statistic, "mechanism": r.mechanism,

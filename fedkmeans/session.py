@@ -232,13 +232,15 @@ def run_protocol(
     # config of ours: fedkmeans.client.mount reads its config from them)
     ctx = wire_context(config, pool, server_x, {}, checkpoint=checkpoint,
                        observers=observers, settings=settings)
-    config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace,
-                                     timings=timings)
-    ctx.use_plan(config, releases, settings={**node_settings(config),
-                                             **transform.to_settings(),
-                                             **client_settings(config)})
+    ctx, config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace,
+                                          timings=timings)
+    # the rounds after the plan: a second context, of the resolved config and the plan
+    ctx = ctx.planned(config, releases, settings={**node_settings(config),
+                                                  **transform.to_settings(),
+                                                  **client_settings(config)})
     # the rounds before the plan (the estimate round, run or restored) and the plan's
-    ctx.expected_rounds = len(ctx.round_outputs) + _expected_rounds(config, subspace=subspace)
+    ctx.runner.expected_rounds = (len(ctx.round_outputs)
+                                  + _expected_rounds(config, subspace=subspace))
     for observer in observers:  # e.g. the curious server: sees the resolved settings
         observer.on_start(config)
     randomness = ctx.private_randomness
@@ -247,7 +249,7 @@ def run_protocol(
     centers = transform.invert(algorithm(config.algorithm).run(ctx))  # the data's space
     timings.update(ctx.timings)
     return RunOutcome(centers=centers, declared=declared, config=config, context=ctx,
-                      pool=pool, transform=transform, tuning=tuning, timings=timings)
+                      pool=ctx.pool, transform=transform, tuning=tuning, timings=timings)
 
 
 def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
@@ -297,9 +299,12 @@ def _preprocessing(transform: PublicTransform) -> dict:
 
 
 def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTransform, *,
-          subspace: bool, timings: dict[str, float]) -> tuple[ExperimentConfig, dict | None,
-                                                              list[Release]]:
-    """The resolved config, the tuning record and the calibrated releases of the run.
+          subspace: bool, timings: dict[str, float]
+          ) -> tuple[ServerContext, ExperimentConfig, dict | None, list[Release]]:
+    """The context of the estimate round, the resolved config, tuning record and releases.
+
+    The context returned holds the estimate round's release (a private run's); the
+    resolved config and the calibrated releases make the one after the plan.
 
     On a resume, the plan stored with the checkpoint (never resolved again: the rounds
     restored from it were calibrated for it). Otherwise :func:`~fedkmeans.tuning.plan.
@@ -316,16 +321,21 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
     stored = checkpoint.plan if checkpoint is not None else None
     if stored is not None:
         plan = RunPlan.from_dict(stored)
-        ctx.releases.update({r.stage: r for r in plan.prior})
+        ctx = ctx.planned(ctx.config, plan.prior)
         if ESTIMATE.group in checkpoint.rounds:
-            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), plan.prior[0])
+            ctx.record.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), plan.prior[0])
         timings["tuning"] = time.perf_counter() - start
-        return plan.config, plan.tuning, list(plan.releases)
+        return ctx, plan.config, plan.tuning, list(plan.releases)
+
+    estimating = ctx
 
     def resolve(prior: tuple[Release, ...]) -> tuple[ExperimentConfig, dict | None]:
-        for release in prior:  # the estimate round, released before anything is resolved
-            ctx.releases[release.stage] = release
-            ctx.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), release)
+        nonlocal estimating
+        # the estimate round, released before anything is resolved
+        estimating = ctx.planned(ctx.config, prior)
+        for release in prior:
+            estimating.record.estimates = _read_estimates(
+                estimating, ESTIMATE.server(estimating), release)
         resolved = resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
         timings["tuning"] = time.perf_counter() - start
         return resolved
@@ -334,7 +344,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
     timings["calibrate"] = time.perf_counter() - start - timings["tuning"]
     if checkpoint is not None:
         checkpoint.save_plan({**plan.to_dict(), "transform": transform.to_record()})
-    return plan.config, plan.tuning, list(plan.releases)
+    return estimating, plan.config, plan.tuning, list(plan.releases)
 
 
 def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:

@@ -13,7 +13,7 @@ one that moved it most), both worlds are driven once through the real client pat
 stacked, one row per client. Every trial then draws the round's cohort with
 :meth:`~fedkmeans.server.context.ServerContext.sample` (Poisson sampling at
 ``privacy.sampling-rate``, from the secret randomness) and releases the cohort's rows
-with :meth:`~fedkmeans.server.context.ServerContext.release`: the server's clip, the
+with :meth:`~fedkmeans.server.releaser.Releaser.release`: the server's clip, the
 sum, and the lattice mechanism with the noise calibrated for the release alone at the
 target (epsilon, delta) from the ledger's sensitivity (more power than the run's share of
 the budget; the run's composition is :func:`~fedkmeans.attacks.audit_plan.
@@ -36,7 +36,8 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -56,13 +57,14 @@ from fedkmeans.attacks.sensitivity_audit import (
     run_world,
 )
 from fedkmeans.privacy import registry
-from fedkmeans.privacy.accountant import PrivacyLedger, Release
+from fedkmeans.privacy.accountant import PrivacyLedger
+from fedkmeans.privacy.budget import StatisticBound
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.server.aggregation import folded_sum
 from fedkmeans.server.replies import Replies
-from fedkmeans.stages import stage_of_round
+from fedkmeans.stages import spec, stage_of_round, stages
 
-__all__ = ["ReleaseAuditResult", "audit_release", "legacy_plan"]
+__all__ = ["ReleaseAuditResult", "audit_release", "legacy_derivation"]
 
 
 @dataclass(frozen=True)
@@ -123,31 +125,49 @@ class ReleaseAuditResult:
         return {**asdict(self), "failed": self.failed}
 
 
-def legacy_plan(privacy) -> Callable[[list[Release]], list[Release]]:
-    """Ledger hook of the defect of earlier versions: l1 releases at the per-point change.
+class _LegacyBounds(Mapping):
+    """:func:`~fedkmeans.stages.spec.statistic_bounds` with the legacy l1 sensitivities.
+
+    At data-point level, every statistic with a finite l1 sensitivity has it taken as
+    one point's change (``per_point``'s l1) instead of the change after the server's
+    radial l1 clip (twice that); the clip bounds are the true ones. Lazy, as the real
+    mapping (some bounds exist only once the ``auto`` settings are resolved).
+    """
+
+    def __init__(self, privacy, bounds: Mapping[str, StatisticBound]) -> None:
+        self._privacy, self._bounds = privacy, bounds
+        self._per_point = {s.name: s.per_point for known in stages() for s in known.statistics}
+
+    def __getitem__(self, name: str) -> StatisticBound:
+        bound = self._bounds[name]
+        if self._privacy.level != "datapoint" or not math.isfinite(bound.l1_sensitivity):
+            return bound
+        return replace(bound, l1_sensitivity=self._per_point[name](self._privacy)[0])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._bounds)
+
+    def __len__(self) -> int:
+        return len(self._bounds)
+
+
+@contextmanager
+def legacy_derivation() -> Iterator[None]:
+    """Plant the defect of earlier versions: l1 releases at the per-point change.
 
     The histogram and counts were calibrated to 1 (one point's change before the
-    server's radial l1 clip) instead of 2: the recorded sensitivity and the noise scale
-    both scaled by ``1 / 2``. (Every standalone scale is linear in the sensitivity and the
-    calibration depends on noise / sensitivity only, so this is the calibration of the
-    plan with the legacy sensitivities.)
+    server's radial l1 clip) instead of 2. Planted in the one derivation every reader
+    calls, :func:`fedkmeans.stages.spec.statistic_bounds`, for the ``with`` block: the
+    plans record the legacy sensitivities and calibrate their noise to them, the
+    server's release-time check agrees (:class:`~fedkmeans.server.releaser.Releaser`),
+    the clip bounds are unchanged, and only the audits' measurements can tell.
     """
-    def hook(plan: list[Release]) -> list[Release]:
-        if privacy.level != "datapoint":
-            return plan
-        out = []
-        for p in plan:
-            statistic = stage_of_round(p.group).statistics
-            per_point = {s.name: s.per_point(privacy)[0] for s in statistic}
-            name = p.stage.rsplit("/", 1)[1]
-            legacy = registry.mechanism(p.mechanism).order == 1 and math.isfinite(
-                per_point.get(name, math.inf))
-            factor = per_point[name] / p.sensitivity if legacy else 1.0
-            out.append(replace(p, sensitivity=per_point[name],
-                               noise_scale=p.noise_scale * factor) if legacy else p)
-        return out
-
-    return hook
+    real = spec.statistic_bounds
+    spec.statistic_bounds = lambda privacy: _LegacyBounds(privacy, real(privacy))
+    try:
+        yield
+    finally:
+        spec.statistic_bounds = real
 
 
 def audit_release(
@@ -158,7 +178,6 @@ def audit_release(
     trials: int = 2_000,
     selection: int = 1_000,
     confidence: float = 0.95,
-    plan_hook: Callable[[list[PlannedRelease]], list[PlannedRelease]] | None = None,
     directory: str | Path | None = None,
 ) -> ReleaseAuditResult:
     """Release the two worlds of ``probe`` ``trials`` times each and bound epsilon.
@@ -178,14 +197,19 @@ def audit_release(
         Releases per world used only to choose the threshold (>= 100).
     confidence : float
         Of the Clopper-Pearson intervals.
-    plan_hook : callable, optional
-        Applied to the runs' calibrated ledger (a planted wrong ledger).
     directory : path, optional
         Where the worlds' files go (default: a temporary directory).
 
     Returns
     -------
     ReleaseAuditResult
+
+    Notes
+    -----
+    A planted wrong sensitivity goes where the plans and the server both derive it
+    (:func:`legacy_derivation`); a ledger that disagrees with the server's clip is
+    refused by the release itself (:class:`~fedkmeans.server.releaser.
+    SensitivityMismatchError`) before any trial.
     """
     start = time.perf_counter()
     if setup.aggregation != "central":
@@ -200,8 +224,7 @@ def audit_release(
     if release not in named:
         raise ValueError(f"release must be one of {sorted(named)}, got {release!r}")
     statistic = release.rsplit("/", 1)[1]
-    recorded = named[release] if plan_hook is None else {
-        p.stage: p for p in plan_hook(list(plan))}[release]
+    recorded = named[release]
     # the ledger's sensitivity, its noise calibrated for the release alone at the target
     planned = PlannedRelease(recorded.stage, recorded.mechanism, recorded.sensitivity, 1.0,
                              config.privacy.sampling_rate, recorded.group)
@@ -218,14 +241,15 @@ def audit_release(
         for candidate in candidates:
             if probe is not None and candidate.name != probe:
                 continue
-            pair = {w: run_world(setup, points, plan, tmp, streaming=False)
-                    for w, points in (("out", candidate.world_out), ("in", candidate.world_in))}
-            rows = {w: run.replies[planned.group] for w, run in pair.items()}
-            for run in pair.values():  # the release alone, as the trials release it
-                run.context.releases[release] = alone
+            worlds_run = {w: run_world(setup, points, plan, tmp, streaming=False)
+                          for w, points in (("out", candidate.world_out),
+                                            ("in", candidate.world_in))}
+            rows = {w: run.replies[planned.group] for w, run in worlds_run.items()}
+            # the release alone, as the trials release it, at the run's sampling rate (the
+            # worlds were asked in full)
+            pair = {w: run.context.planned(config, [alone]) for w, run in worlds_run.items()}
             # the server's clip (a joint statistic with the others of its group)
-            means = {w: folded_sum(r.stats, statistic,
-                                   pair[w].context.folds(planned.group, r.stats))
+            means = {w: folded_sum(r.stats, statistic, pair[w].folds(planned.group, r.stats))
                      for w, r in rows.items()}
             change = float(np.linalg.norm(np.ravel(means["in"] - means["out"]), ord=order))
             worlds[candidate.name] = (change, candidate, pair, rows, means)
@@ -234,16 +258,15 @@ def audit_release(
     measured, chosen, pair, rows, means = max(worlds.values(), key=lambda w: w[0])
 
     def scores(world: str, n: int) -> np.ndarray:
-        ctx, replies = pair[world].context, rows[world]
-        ctx.releases[release] = alone
-        ctx.config = config  # the run's sampling rate (the worlds were asked in full)
+        ctx, replies = pair[world], rows[world]
         out = np.empty(n)
         for i in range(n):
             cohort = np.isin(replies.client_ids, ctx.sample(planned.group))
             drawn = Replies(replies.client_ids[cohort],
                             {name: rows_[cohort] for name, rows_ in replies.stats.items()})
-            ctx.accountant = PrivacyLedger()  # one release per trial: keep it short
-            noisy = ctx.release(drawn, statistic, release, symmetric=symmetric)
+            # one release per trial: a ledger of its own, kept short
+            releaser = replace(ctx.releaser, accountant=PrivacyLedger())
+            noisy = releaser.release(drawn, statistic, release, symmetric=symmetric)
             out[i] = release_llr(alone.mechanism, alone.noise_scale, noisy[None],
                                  means["in"], means["out"], symmetric=symmetric)[0]
         return out

@@ -385,8 +385,7 @@ def run_world(
     recorder = _Recorder()
     ctx = wire_context(config, pool, setup.server_x, {r.stage: r for r in releases},
                        observers=[recorder], settings=client_settings(config),
-                       progress=False, secagg=secagg)
-    ctx.streaming = streaming
+                       progress=False, secagg=secagg, streaming=streaming)
     if secagg:  # the noise is turned down: the lattice guard of a real run would refuse
         pool.secagg.lattice_guard = False
     arrays = broadcast(setup)

@@ -40,6 +40,7 @@ epsilon (:mod:`fedkmeans.attacks.ledger_check`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -54,7 +55,7 @@ from fedkmeans.attacks.bounds import (
 from fedkmeans.attacks.canary import BUDGETS, MECHANISMS, TESTS, CanaryGame, canary_game
 from fedkmeans.attacks.canary_audit import AuditResult, audit
 from fedkmeans.attacks.ledger_check import recompute_epsilon
-from fedkmeans.attacks.release_audit import ReleaseAuditResult, audit_release, legacy_plan
+from fedkmeans.attacks.release_audit import ReleaseAuditResult, audit_release, legacy_derivation
 from fedkmeans.attacks.sensitivity_audit import (
     LEVELS,
     AuditSetup,
@@ -137,8 +138,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="recompute the epsilon of a run's ledger (release.json or "
                    "result.json) independently of the project's accountant, and exit")
     p.add_argument("--legacy-sensitivity", action="store_true",
-                   help="--path release: plant the old defect (calibrate l1 releases to the "
-                   "per-point change, ignoring the server's radial l1 clip)")
+                   help="--path release: plant the old defect in the bounds' derivation "
+                   "(l1 releases at the per-point change, ignoring the server's radial l1 "
+                   "clip), which the plans and the server's release both read")
     return p
 
 
@@ -204,15 +206,16 @@ def _main_release(
     rows: dict[tuple, SensitivityRow] = {}
     setup_of: dict[tuple, AuditSetup] = {}
     budget: list[BudgetRow] = []
+    planted = legacy_derivation if args.legacy_sensitivity else contextlib.nullcontext
     for setup in _release_setups(args):
-        hook = legacy_plan(setup.config().privacy) if args.legacy_sensitivity else None
-        measured = sensitivity_audit(setup, plan_hook=hook)
+        with planted():
+            measured = sensitivity_audit(setup)
+            exceeded = {r.release: r.measured for r in measured if r.status == "exceeds"}
+            budget += budget_audit(setup.config(), exceeded)
         for row in measured:
             key = (row.level, row.aggregation, row.release, row.mechanism)
             if (wanted or row.statistic == args.mechanism) and key not in rows:
                 rows[key], setup_of[key] = row, setup
-        exceeded = {r.release: r.measured for r in measured if r.status == "exceeds"}
-        budget += budget_audit(setup.config(), exceeded, plan_hook=hook)
     if not rows:
         raise SystemExit(f"--path release: no planned release of statistic "
                          f"{args.mechanism!r}")
@@ -233,10 +236,10 @@ def _main_release(
                   f"{confidence:.5f} per row)")
         for key in statistical:
             setup, row = setup_of[key], rows[key]
-            hook = legacy_plan(setup.config().privacy) if args.legacy_sensitivity else None
-            r = audit_release(replace(setup, sampling_rate=args.sampling_rate), row.release,
-                              probe=row.probe, trials=args.trials, selection=args.selection,
-                              confidence=confidence, plan_hook=hook)
+            with planted():
+                r = audit_release(replace(setup, sampling_rate=args.sampling_rate),
+                                  row.release, probe=row.probe, trials=args.trials,
+                                  selection=args.selection, confidence=confidence)
             results.append(r)
             if r.failed:
                 failed.append(f"{r.level} central {r.release} ({r.mechanism}): eps_LB "

@@ -1,263 +1,256 @@
-"""What every algorithm shares on the server: the context of a run and private aggregation.
+"""What a stage's server step may use of the run: a context composed of parts with one job each.
 
-:meth:`ServerContext.release` is the single path by which client statistics become
-something the server keeps: clip every client's reply on the server, sum in client-id
-order, add the calibrated noise, and record the release in the accountant. Algorithms
-and stages never add noise themselves. With secure aggregation the clients clipped and added the
-noise shares, the sum arrives noisy, and ``release`` only records it (with the
-calibrated sigma, which the summed shares guarantee) and shows observers the noisy sum.
+:class:`ServerContext` implements :class:`fedkmeans.stages.context.StageContext`, the
+surface the stages call (``ctx.round``, ``ctx.query``, ``ctx.release``, the thresholds,
+the seeds), by handing each call to the part whose job it is:
+
+* :class:`~fedkmeans.server.rounds.RoundRunner`: rounds, checkpoint, progress, timings
+  and the run's warnings;
+* :class:`~fedkmeans.server.releaser.Releaser`: the server's clip, the sum, the
+  calibrated noise, the ledger and the observers, and the release-time check that the
+  bound it clipped with is the one the ledger records;
+* :class:`~fedkmeans.server.thresholds.Thresholds`: step 2's weight threshold, the
+  cluster count threshold, the eigenvalue floor and the spare centers;
+* :class:`RunRecord`: what the run decided and read on the way (the chosen k, the spare
+  centers, the final check, the estimates), published in ``release.json``.
+
+The context itself is immutable: the stages keep the one they are handed. A run builds
+one before its plan (the declared config: the estimate round) and a second one from
+the plan (:meth:`ServerContext.planned`: the resolved config, the calibrated releases,
+the settings the nodes are sent and SecAgg reading the same releases); the two share
+the runner, the ledger and the record, so a round, a release or a decision of the
+first is the second's too.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from functools import cached_property
+from types import MappingProxyType
 
 import numpy as np
 
-from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import AUTO, ExperimentConfig
-from fedkmeans.console import say
-from fedkmeans.privacy import registry
+from fedkmeans.config import ExperimentConfig
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
-from fedkmeans.privacy.budget import joint_radii
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
-from fedkmeans.server.aggregation import Fold, folded_sum
+from fedkmeans.server.aggregation import Fold
 from fedkmeans.server.observer import RunObserver
-from fedkmeans.server.pool import ClientPool
+from fedkmeans.server.releaser import Releaser
 from fedkmeans.server.replies import Replies
-from fedkmeans.server.thresholds import (
-    count_threshold,
-    noise_std,
-    spare_centers,
-    spread,
-    weight_threshold,
-)
+from fedkmeans.server.rounds import RoundRunner
+from fedkmeans.server.thresholds import Thresholds
 from fedkmeans.stages import stage as stage_named
-from fedkmeans.stages import statistic_bounds
 
-LOG = logging.getLogger(__name__)
+__all__ = ["RunRecord", "ServerContext"]
 
 
 @dataclass
+class RunRecord:
+    """What a run decided and read on the way; published in ``release.json``.
+
+    Attributes
+    ----------
+    chosen_k : int or None
+        The k chosen by the algorithm with ``k = auto`` (:meth:`ServerContext.choose_k`).
+    spare_centers : dict or None
+        FedDP-Init's spare centers and why (:meth:`ServerContext.extra_centers`).
+    check : dict or None
+        The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
+    estimates : object or None
+        The estimate round's release, read (:mod:`fedkmeans.tuning.estimates`), if run.
+    """
+
+    chosen_k: int | None = None
+    spare_centers: dict | None = None
+    check: dict | None = None
+    estimates: object | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class ServerContext:
-    """Everything an algorithm and its stages may use on the server.
+    """Everything an algorithm and its stages may use on the server (module docstring).
+
+    Build one with :meth:`of` (or :func:`fedkmeans.server.wiring.wire_context`), and the
+    one after the plan with :meth:`planned`.
 
     Attributes
     ----------
     config : ExperimentConfig
+        The declared config before the plan, the resolved one after it.
     pool : ClientPool
+        Or a pool with its interface (the tuning's simulated one).
     server_x : ndarray of shape (m, d)
-        The server's own (public) data Q.
-    releases : dict of str to Release
-        Calibrated noise of every planned release, by stage name.
-    accountant : PrivacyLedger
-        Records each release when it happens.
-    timings : dict of str to float
-        Seconds per round.
-    non_private : list of str
-        Rounds that released client statistics without noise.
+        The server's own (public) data Q, after the public transform.
+    runner : RoundRunner
+    releaser : Releaser
+    record : RunRecord
+    streaming : bool
+        Fold replies into running clipped sums as they arrive (False: stack every
+        client's row first, the earlier path; the audits' statistical pass and the
+        equivalence tests).
     """
 
     config: ExperimentConfig
-    pool: ClientPool
+    pool: object
     server_x: np.ndarray
-    releases: dict[str, Release]
-    accountant: PrivacyLedger = field(default_factory=PrivacyLedger)
-    timings: dict[str, float] = field(default_factory=dict)
-    non_private: list[str] = field(default_factory=list)
-    observers: list[RunObserver] = field(default_factory=list)
-    checkpoint: Checkpoint | None = None
-    #: Rounds the algorithm will run (0 = unknown): the progress lines' total.
-    expected_rounds: int = 0
-    #: Log a progress line per round (the tuning's simulated runs do not).
-    progress: bool = True
-    #: Log the run's warnings (:meth:`warn_once`); the tuning's simulated runs do not:
-    #: a candidate's fallback is not the run's.
-    warnings: bool = True
-    #: The k chosen by the algorithm with ``k = auto`` (:meth:`choose_k`), else None.
-    chosen_k: int | None = None
-    #: The final check's outcome (:func:`~fedkmeans.stages.check.final_check`), if run.
-    check: dict | None = None
-    #: FedDP-Init's spare centers and why (:meth:`extra_centers`), once decided.
-    spare_centers: dict | None = None
-    #: The estimate round's release, read (:mod:`fedkmeans.tuning.estimates`), if run.
-    estimates: object | None = None
-    #: Each round's outputs (computed or restored), by round name.
-    round_outputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set, repr=False)  #: kinds said (warn_once)
-    _started: float = field(default_factory=time.perf_counter, repr=False)
-    _done: int = field(default=0, repr=False)
+    runner: RoundRunner
+    releaser: Releaser
+    record: RunRecord = field(default_factory=RunRecord)
+    streaming: bool = True
 
-    def warn_once(self, key: str) -> Callable[[str], None]:
-        """A ``warn(message)`` that logs the first warning of kind ``key`` in this run.
-
-        Nothing is logged when the context does not log :attr:`warnings`.
-        """
-        def warn(message: str) -> None:
-            if self.warnings and key not in self.warned:
-                self.warned.add(key)
-                LOG.warning(message)
-        return warn
-
-    def __post_init__(self) -> None:
-        if self.checkpoint is not None:
-            self.checkpoint.restore(self.accountant)
-            self.non_private = list(self.checkpoint.non_private)
-
-    def round(
-        self, name: str, compute: Callable[[], dict[str, np.ndarray]]
-    ) -> dict[str, np.ndarray]:
-        """Run one round (``compute``) unless the checkpoint already holds its outputs.
+    @classmethod
+    def of(
+        cls, config: ExperimentConfig, pool, server_x: np.ndarray,
+        releases: Mapping[str, Release], *, checkpoint: Checkpoint | None = None,
+        observers: Sequence[RunObserver] = (), progress: bool = True, warnings: bool = True,
+        streaming: bool = True,
+    ) -> ServerContext:
+        """A run's first context: a new runner (restoring ``checkpoint``), releaser, record.
 
         Parameters
         ----------
-        name : str
-            Round name (``init-1``, ``lloyds-2``...), unique within the run.
-        compute : callable returning dict of str to ndarray
-            Queries the clients, releases and post-processes; returns what later
-            rounds need.
-
-        Returns
-        -------
-        dict of str to ndarray
-            The round's outputs, computed now or restored (then no client is
-            queried and no release is recorded again).
+        config : ExperimentConfig
+        pool : ClientPool or a pool with its interface
+        server_x : ndarray of shape (m, d)
+        releases : mapping of str to Release
+            The calibrated releases known so far, by stage.
+        checkpoint : Checkpoint, optional
+            Restores the ledger and the rounds it holds (:class:`RoundRunner`).
+        observers : sequence of RunObserver
+            Shown every release.
+        progress, warnings : bool
+            Log progress lines and warnings (the tuning's simulated runs do not).
+        streaming : bool
         """
-        if self.checkpoint is not None and name in self.checkpoint.rounds:
-            self._progress(name, "restored from the checkpoint")
-            self.round_outputs[name] = self.checkpoint.rounds[name]
-            return self.checkpoint.rounds[name]
-        with self.timed(name):
-            outputs = compute()
-        if self.checkpoint is not None:
-            self.checkpoint.save(name, outputs, self.accountant, self.non_private)
-        self.round_outputs[name] = outputs
-        self._progress(name, "done", f" in {self.timings[name]:.1f} s")
-        return outputs
+        runner = RoundRunner(checkpoint=checkpoint, progress=progress, warnings=warnings)
+        releaser = Releaser(
+            config.privacy, config.is_private, MappingProxyType(dict(releases)),
+            randomness=_private_randomness(config), accountant=runner.accountant,
+            non_private=runner.non_private, observers=tuple(observers))
+        return cls(config, pool, server_x, runner, releaser, streaming=streaming)
 
-    def use_plan(self, config: ExperimentConfig, releases: Iterable[Release], *,
-                 settings: Mapping) -> None:
-        """Run the rounds after the plan with its resolved config and calibrated releases.
+    def planned(self, config: ExperimentConfig, releases: Iterable[Release], *,
+                settings: Mapping | None = None) -> ServerContext:
+        """The context for the rounds after ``releases`` are planned; this one is unchanged.
 
-        The one change a context takes after it is built: the estimate round runs with
-        the declared config (``auto`` unresolved), the protocol with the resolved one;
-        the nodes are sent ``settings`` (the resolved clip bounds, the public transform)
-        with every request from now on, and SecAgg reads the same releases.
+        The estimate round runs with the declared config (``auto`` unresolved) and its
+        release; the protocol with the resolved config and the calibrated plan. The new
+        context has a releaser and thresholds of ``config`` and this context's releases
+        with ``releases`` added, and a pool view that sends the nodes ``settings`` (the
+        resolved clip bounds, the public transform; None: the same as now) with every
+        request and whose SecAgg reads the same releases; it shares the runner, the
+        ledger, the observers and the record with this one.
         """
-        self.config = config
-        self.releases.update({r.stage: r for r in releases})
-        self.pool.settings = dict(settings)
-        if getattr(self.pool, "secagg", None) is not None:
-            self.pool.secagg.config = config
+        known = MappingProxyType({**self.releaser.releases, **{r.stage: r for r in releases}})
+        releaser = replace(self.releaser, privacy=config.privacy, private=config.is_private,
+                           releases=known, randomness=_private_randomness(config))
+        return replace(self, config=config, releaser=releaser,
+                       pool=_pool_view(self.pool, config, known, settings))
 
-    def _progress(self, name: str, what: str, took: str = "") -> None:
-        """One ``[progress]`` line per round: the count of rounds (streamed by Flower).
+    # -- the parts --------------------------------------------------------------------
+    @cached_property
+    def thresholds(self) -> Thresholds:
+        """The run's thresholds, from this context's config and planned releases."""
+        return Thresholds(self.config.privacy, self.config.is_private, self.config.k_auto,
+                          self.releaser.releases, self.server_x, self.pool.dim)
 
-        The rounds' names and number are public (the plan: ``(1)`` before it knows the
-        number, ``(2/6)`` once it does); their timings depend on the clients' data, so
-        the time, elapsed time and ETA need the operator's opt-in (:mod:`.console`).
-        """
-        self._done += 1
-        if not self.progress:
-            return
-        elapsed = time.perf_counter() - self._started
-        total = self.expected_rounds
-        count = f"({self._done}/{total})" if total else f"({self._done})"
-        timed = f"[progress] round {name} {what}{took} {count}, elapsed {elapsed:.1f} s"
-        if total and self._done < total:
-            timed += f", ETA {elapsed / self._done * (total - self._done):.0f} s"
-        say(LOG, f"[progress] round {name} {what} {count}", timed)
+    @property
+    def releases(self) -> Mapping[str, Release]:
+        """Calibrated noise of every planned release, by stage name (read-only)."""
+        return self.releaser.releases
+
+    @property
+    def accountant(self) -> PrivacyLedger:
+        """The run's ledger: every release recorded when it happens."""
+        return self.releaser.accountant
+
+    @property
+    def non_private(self) -> list[str]:
+        """Releases made without noise."""
+        return self.releaser.non_private
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds per round."""
+        return self.runner.timings
+
+    @property
+    def round_outputs(self) -> dict[str, dict[str, np.ndarray]]:
+        """Each round's outputs (computed or restored), by round name."""
+        return self.runner.round_outputs
+
+    @property
+    def private_randomness(self) -> PrivateRandomness:
+        """Source of the noise and client sampling: secret unless the run opts out."""
+        return self.releaser.randomness
+
+    # -- the record -----------------------------------------------------------------
+    @property
+    def check(self) -> dict | None:
+        """The final check's outcome, if run (:attr:`RunRecord.check`)."""
+        return self.record.check
+
+    @property
+    def estimates(self):
+        """The estimate round's release, read, if run (:attr:`RunRecord.estimates`)."""
+        return self.record.estimates
+
+    @property
+    def spare_centers(self) -> dict | None:
+        """FedDP-Init's spare centers and why, once decided."""
+        return self.record.spare_centers
 
     @property
     def k(self) -> int:
         """Number of clusters: ``config.k``, or the k chosen with ``k = auto``."""
-        return self.chosen_k if self.chosen_k is not None else self.config.k
+        chosen = self.record.chosen_k
+        return chosen if chosen is not None else self.config.k
 
     def choose_k(self, k: int) -> None:
         """Record the k an algorithm chose (``k = auto``): later rounds and the result use it."""
-        self.chosen_k = int(k)
+        self.record.chosen_k = int(k)
 
     def extra_centers(self, k: int, eigen_gap: float, noise_norm: float) -> int:
-        """Spare centers of FedDP-Init steps 2-3: ``privacy.extra-centers``, or decided.
+        """Spare centers of FedDP-Init steps 2-3 (:meth:`Thresholds.extra_centers`).
 
-        ``auto``: :func:`~fedkmeans.server.thresholds.spare_centers` of step 1's
-        released eigen-gap and noise norm (0 with ``k = auto`` or without a subspace),
-        within the server's points. Recorded in :attr:`spare_centers`.
+        Recorded in :attr:`spare_centers`.
         """
-        value = self.config.privacy.extra_centers
-        if value != AUTO:
-            extra = int(value)
-        elif self.config.k_auto:
-            extra = 0
-        else:
-            extra = min(spare_centers(k, eigen_gap, noise_norm), self.server_x.shape[0] - k)
-        self.spare_centers = {
-            "extra_centers": extra, "setting": value,
-            "eigen_gap": json_number(eigen_gap), "noise_norm": json_number(noise_norm)}
-        return extra
+        self.record.spare_centers = self.thresholds.extra_centers(k, eigen_gap, noise_norm)
+        return self.record.spare_centers["extra_centers"]
 
+    # -- thresholds -------------------------------------------------------------------
     def min_server_weight(self, stage: str) -> float:
-        """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.
-
-        ``auto``: :data:`~fedkmeans.server.thresholds.WEIGHT_THRESHOLD_STDS` standard
-        deviations of the planned release ``stage``'s noise (0 without noise); why:
-        :mod:`fedkmeans.server.thresholds`.
-        """
-        value = self.config.privacy.min_server_weight
-        if value != AUTO:
-            return float(value)
-        release = self.releases.get(stage)
-        if release is None or not self.config.is_private:
-            return 0.0
-        return weight_threshold(release)
+        """Step 2's weight threshold (:meth:`Thresholds.min_server_weight`)."""
+        return self.thresholds.min_server_weight(stage)
 
     def min_cluster_count(self, group: str, fallback: np.ndarray) -> float:
-        """Count a cluster needs to leave its ``fallback`` center, for round ``group``.
-
-        ``auto``: :func:`~fedkmeans.server.thresholds.count_threshold` of the round's
-        planned count and sum releases, with the spread of the server's data around
-        ``fallback`` (k, d) as the public scale; 1 when the run adds no noise.
-        """
-        value = self.config.privacy.min_cluster_count
-        if value != AUTO:
-            return float(value)
-        counts = self.releases.get(f"{group}/counts")
-        sums = self.releases.get(f"{group}/sums")
-        if counts is None or sums is None or not self.config.is_private:
-            return 1.0
-        return count_threshold(counts, sums, self.pool.dim, spread(self.server_x, fallback))
+        """Count to leave ``fallback`` (:meth:`Thresholds.min_cluster_count`)."""
+        return self.thresholds.min_cluster_count(group, fallback)
 
     def eigenvalue_floor(self, stage: str) -> float:
-        """Eigenvalues of the noisy second moment below this are noise (0 if no noise).
+        """Eigenvalues below this are noise (:meth:`Thresholds.eigenvalue_floor`)."""
+        return self.thresholds.eigenvalue_floor(stage)
 
-        The symmetric noise of step 1 (entries N(0, sigma^2)) has spectral norm about
-        ``2 sigma sqrt(d)``; an eigenvector whose eigenvalue does not clear it is not
-        trusted (:func:`~fedkmeans.clustering.server_steps.supported_eigenvectors`).
-        """
-        release = self.releases.get(stage)
-        if release is None or not self.config.is_private:
-            return 0.0
-        return 2.0 * noise_std(release) * float(np.sqrt(self.pool.dim))
+    # -- rounds ---------------------------------------------------------------------
+    def round(self, name: str, compute: Callable[[], dict[str, np.ndarray]]
+              ) -> dict[str, np.ndarray]:
+        """Run one round unless the checkpoint holds its outputs (:meth:`RoundRunner.round`)."""
+        return self.runner.round(name, compute)
 
+    def warn_once(self, key: str) -> Callable[[str], None]:
+        """A ``warn(message)`` logging the run's first warning of kind ``key``."""
+        return self.runner.warn_once(key)
+
+    # -- randomness -------------------------------------------------------------------
     def rng(self, *path: int | str) -> np.random.Generator:
         """A generator for ``path`` under the run's root seed.
 
         Public randomness only (restarts, tie-breaking); never noise or sampling.
         """
         return generator(self.config.seed, *path)
-
-    @property
-    def private_randomness(self) -> PrivateRandomness:
-        """Source of the noise and client sampling: secret unless the run opts out."""
-        seed = self.config.seed if self.config.privacy.reproducible_noise else None
-        return PrivateRandomness(seed)
 
     def int_seed(self, *path: int | str) -> int:
         """An integer seed (scikit-learn) for ``path`` under the root seed."""
@@ -276,19 +269,7 @@ class ServerContext:
         rng = self.private_randomness.generator("sampling", round_name)
         return ids[rng.random(ids.size) < rate]
 
-    @contextmanager
-    def timed(self, name: str) -> Iterator[None]:
-        """Record the wall time of a block under ``name``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-
-    #: Fold replies into running clipped sums as they arrive (False: stack every
-    #: client's row first, the earlier path; kept for the equivalence tests).
-    streaming: ClassVar[bool] = True
-
+    # -- queries and releases -------------------------------------------------------
     def query(
         self,
         stage: str,
@@ -298,9 +279,9 @@ class ServerContext:
     ) -> Replies:
         """Ask this round's sampled clients for ``expected`` statistics, folded.
 
-        Each statistic is folded with the server clip bound :meth:`release` applies
-        (:func:`~fedkmeans.privacy.budget.statistic_bounds`; no clipping when the run
-        is not private), so the server never holds more than one row per statistic.
+        Each statistic is folded with the server clip bound :meth:`release` checks
+        (:meth:`Releaser.folds`; no clipping when the run is not private), so the
+        server never holds more than one row per statistic.
 
         Parameters
         ----------
@@ -313,94 +294,37 @@ class ServerContext:
         expected : mapping of str to tuple of int
             Per-client shape of every statistic, keyed by statistic name.
         """
-        fold = self.folds(round_name, expected) if self.streaming else None
+        fold = self.releaser.folds(round_name, expected) if self.streaming else None
         cohort = self.sample(round_name) if stage_named(stage).sampled else self.pool.client_ids
         return self.pool.query(stage, cohort, arrays, expected,
                                round_name=round_name, fold=fold)
 
     def folds(self, round_name: str, names: Iterable[str]) -> dict[str, Fold]:
-        """How the server clips each statistic ``names`` of round ``round_name``.
-
-        Not private: no clipping. Otherwise each statistic's server bound
-        (:func:`~fedkmeans.privacy.budget.statistic_bounds`); the statistics of a joint
-        group (data-point level: cluster sums and counts) share one factor per client,
-        the projection in the metric of their planned releases' noise
-        (:func:`~fedkmeans.privacy.budget.joint_radius`).
-        """
-        names = list(names)
-        if not self.config.is_private:
-            return {name: Fold() for name in names}
-        bounds = statistic_bounds(self.config.privacy)
-        folds = {name: Fold(bounds[name].server_bound, bounds[name].norm) for name in names}
-        planned = {n: self.releases[f"{round_name}/{n}"] for n in names
-                   if f"{round_name}/{n}" in self.releases}
-        stds = {n: registry.mechanism(r.mechanism).std(r.noise_scale)
-                for n, r in planned.items()}
-        folds.update({n: Fold(radius, bounds[n].norm, bounds[n].joint, stds[n])
-                      for n, radius in joint_radii(bounds, stds).items()})
-        return folds
+        """How the server clips each statistic of a round (:meth:`Releaser.folds`)."""
+        return self.releaser.folds(round_name, names)
 
     def release(
         self, replies: Replies, statistic: str, stage: str, *, symmetric: bool = False
     ) -> np.ndarray:
-        """Clip each client's ``statistic``, sum, add the noise planned for ``stage``.
+        """Clip, sum, add the noise planned for ``stage``, record (:meth:`Releaser.release`)."""
+        return self.releaser.release(replies, statistic, stage, symmetric=symmetric)
 
-        Parameters
-        ----------
-        replies : Replies
-            Per-client rows (m, ...).
-        statistic : {"covariance", "histogram", "sums", "counts"}
-        stage : str
-            Name of the planned release (e.g. ``"init-3/sums"``).
-        symmetric : bool
-            Add symmetric noise to a (d, d) matrix (step 1).
 
-        Returns
-        -------
-        ndarray
-            The noisy sum, shape of one client's row.
+def _private_randomness(config: ExperimentConfig) -> PrivateRandomness:
+    """The run's noise and sampling source: secret unless ``privacy.reproducible-noise``."""
+    return PrivateRandomness(config.seed if config.privacy.reproducible_noise else None)
 
-        Notes
-        -----
-        ``replies.aggregated`` (secure aggregation): the row is already the noisy sum
-        of the clients' clipped statistics and noise shares; nothing is clipped or
-        added here. The release is recorded with ``noise_scale`` = the calibrated sigma,
-        which the summed shares of at least ``n_min`` survivors guarantee (the
-        survivors' effective sigma, ``>=`` it, is a diagnostic), and observers get
-        ``on_release(stage, None, noisy)``: the exact sum never exists on the server.
-        """
-        if replies.aggregated:
-            noisy = replies.stats[statistic][0]
-            release = replace(
-                self.releases[stage], noise_scale=replies.noise_scales[statistic]
-            )
-            self.accountant.record(release)
-            self._notify(stage, None, noisy)
-            return noisy
-        values = replies.stats[statistic]
-        if not self.config.is_private:
-            total = values[0] if replies.folded else values.sum(axis=0)
-            self.non_private.append(stage)
-            self._notify(stage, total, total)
-            return total
-        if replies.folded:  # clipped as each reply arrived (:meth:`folds`)
-            total = values[0]
-        else:
-            round_name = stage.rsplit("/", 1)[0]
-            total = folded_sum(replies.stats, statistic,
-                               self.folds(round_name, replies.stats))
-        release = self.releases[stage]
-        noise = registry.mechanism(release.mechanism).build(
-            release.sensitivity, release.noise_scale)
-        rng = self.private_randomness.generator("noise", stage)
-        if symmetric:
-            noisy = noise.add_symmetric_noise(total, rng)
-        else:
-            noisy = noise.add_noise(total, rng)
-        self.accountant.record(release)
-        self._notify(stage, total, noisy)
-        return noisy
 
-    def _notify(self, stage: str, before: np.ndarray | None, after: np.ndarray) -> None:
-        for observer in self.observers:
-            observer.on_release(stage, before, after)
+def _pool_view(pool, config: ExperimentConfig, releases: Mapping[str, Release],
+               settings: Mapping | None):
+    """``pool`` sending ``settings`` (None: its own), its SecAgg reading ``releases``.
+
+    The same federation (registration, rejection and answer logs, observers), a new
+    view: the pool and the SecAgg aggregator the earlier context holds are unchanged.
+    """
+    secagg = getattr(pool, "secagg", None)
+    if secagg is not None:
+        secagg = replace(secagg, config=config, releases=releases)
+    if settings is None and secagg is None:
+        return pool
+    return pool.sending(pool.settings if settings is None else settings, secagg)

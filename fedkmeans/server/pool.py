@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from flwr.app import Message
@@ -78,6 +78,16 @@ class ClientPool:
     #: Resolved settings the nodes clip with (``auto`` chosen on the server,
     #: :func:`fedkmeans.tuning.resolve.client_settings`): sent with every request.
     settings: dict = field(default_factory=dict)
+
+    def sending(self, settings: Mapping, secagg: object | None) -> ClientPool:
+        """This federation, sending ``settings`` with every request, summing with ``secagg``.
+
+        A new view of the same registered nodes: it shares the Grid, the clients each
+        node hosts, the rejection and answer logs and the observers; this pool is
+        unchanged (the run's context after its plan, :meth:`fedkmeans.server.context.
+        ServerContext.planned`).
+        """
+        return replace(self, settings=dict(settings), secagg=secagg)
 
     # -- registration -------------------------------------------------------------
     def register(self, wait_seconds: float = 600.0, settings: dict | None = None) -> None:

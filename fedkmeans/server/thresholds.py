@@ -51,15 +51,19 @@ Spare centers (``privacy.extra-centers = auto``)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
+from fedkmeans.artefacts import json_number
 from fedkmeans.clustering.distances import squared_distances
+from fedkmeans.config import AUTO
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.registry import mechanism
 
-__all__ = ["SPARE_CENTERS_PER", "WEIGHT_THRESHOLD_STDS", "count_threshold", "noise_std",
-           "spare_centers", "spread", "weight_threshold"]
+__all__ = ["SPARE_CENTERS_PER", "WEIGHT_THRESHOLD_STDS", "Thresholds", "count_threshold",
+           "noise_std", "spare_centers", "spread", "weight_threshold"]
 
 #: Step 2 (``privacy.min-server-weight = auto``): noisy weights below this many noise
 #: standard deviations are dropped (see the module docstring).
@@ -127,3 +131,100 @@ def count_threshold(counts: Release, sums: Release, dim: int, rho: float) -> flo
     """
     from_sums = noise_std(sums) * math.sqrt(dim) / rho if rho > 0 else math.inf
     return max(1.0, 3.0 * noise_std(counts), from_sums)
+
+
+@dataclass(frozen=True, eq=False)
+class Thresholds:
+    """The run's thresholds: each the declared setting, or its ``auto`` rule above.
+
+    Functions of the settings, the planned releases' noise scales and the server's
+    public data only: applying them is post-processing.
+
+    Attributes
+    ----------
+    privacy : PrivacySettings
+        ``min_server_weight``, ``min_cluster_count``, ``extra_centers``: a number or
+        ``auto``.
+    private : bool
+        Whether the run adds noise (``config.is_private``): without noise every
+        ``auto`` threshold is the non-private algorithm's (0, 1, 0).
+    k_auto : bool
+        ``k = auto`` (no spare centers: the elbow picks k itself).
+    releases : mapping of str to Release
+        The planned releases whose noise the ``auto`` rules scale with.
+    server_x : ndarray of shape (m, d)
+        The server's (public) data Q.
+    dim : int
+        Feature dimension d.
+    """
+
+    privacy: object
+    private: bool
+    k_auto: bool
+    releases: Mapping[str, Release]
+    server_x: np.ndarray
+    dim: int
+
+    def extra_centers(self, k: int, eigen_gap: float, noise_norm: float) -> dict:
+        """Spare centers of FedDP-Init steps 2-3: ``privacy.extra-centers``, or decided.
+
+        ``auto``: :func:`spare_centers` of step 1's released eigen-gap and noise norm
+        (0 with ``k = auto``), within the server's m points.
+
+        Returns
+        -------
+        dict
+            ``extra_centers`` (int), ``setting`` (as declared), ``eigen_gap`` and
+            ``noise_norm`` (JSON numbers): ``release.json["spare_centers"]``.
+        """
+        value = self.privacy.extra_centers
+        if value != AUTO:
+            extra = int(value)
+        elif self.k_auto:
+            extra = 0
+        else:
+            extra = min(spare_centers(k, eigen_gap, noise_norm), self.server_x.shape[0] - k)
+        return {"extra_centers": extra, "setting": value,
+                "eigen_gap": json_number(eigen_gap), "noise_norm": json_number(noise_norm)}
+
+    def min_server_weight(self, stage: str) -> float:
+        """Step 2's weight threshold: ``privacy.min-server-weight``, or relative to the noise.
+
+        ``auto``: :data:`WEIGHT_THRESHOLD_STDS` standard deviations of the planned
+        release ``stage``'s noise (0 without noise).
+        """
+        value = self.privacy.min_server_weight
+        if value != AUTO:
+            return float(value)
+        release = self.releases.get(stage)
+        if release is None or not self.private:
+            return 0.0
+        return weight_threshold(release)
+
+    def min_cluster_count(self, group: str, fallback: np.ndarray) -> float:
+        """Count a cluster needs to leave its ``fallback`` center (k, d), for round ``group``.
+
+        ``auto``: :func:`count_threshold` of the round's planned count and sum releases,
+        with the spread of the server's data around ``fallback`` as the public scale;
+        1 when the run adds no noise.
+        """
+        value = self.privacy.min_cluster_count
+        if value != AUTO:
+            return float(value)
+        counts = self.releases.get(f"{group}/counts")
+        sums = self.releases.get(f"{group}/sums")
+        if counts is None or sums is None or not self.private:
+            return 1.0
+        return count_threshold(counts, sums, self.dim, spread(self.server_x, fallback))
+
+    def eigenvalue_floor(self, stage: str) -> float:
+        """Eigenvalues of the noisy second moment below this are noise (0 if no noise).
+
+        The symmetric noise of step 1 (entries N(0, sigma^2)) has spectral norm about
+        ``2 sigma sqrt(d)``; an eigenvector whose eigenvalue does not clear it is not
+        trusted (:func:`~fedkmeans.clustering.server_steps.supported_eigenvectors`).
+        """
+        release = self.releases.get(stage)
+        if release is None or not self.private:
+            return 0.0
+        return 2.0 * noise_std(release) * float(np.sqrt(self.dim))

@@ -25,7 +25,7 @@ def wire_context(
     config: ExperimentConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
     checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
     settings: Mapping, progress: bool = True, warnings: bool = True,
-    secagg: bool | None = None,
+    secagg: bool | None = None, streaming: bool = True,
 ) -> ServerContext:
     """The server side of a run's rounds around ``pool``: settings, SecAgg, context.
 
@@ -37,8 +37,8 @@ def wire_context(
         Q after the public transform.
     releases : mapping of str to Release
         The calibrated releases known so far, by stage.
-    checkpoint, observers, progress, warnings
-        Passed to :class:`~fedkmeans.server.context.ServerContext`.
+    checkpoint, observers, progress, warnings, streaming
+        Passed to :meth:`ServerContext.of <fedkmeans.server.context.ServerContext.of>`.
     settings : mapping
         What the nodes clip and map with, sent with every request (the resolved clip
         settings, :func:`fedkmeans.tuning.resolve.client_settings`, and the public
@@ -50,9 +50,9 @@ def wire_context(
         noise, which is what SecAgg's shares add up to.
     """
     pool.settings = dict(settings)
-    ctx = ServerContext(config=config, pool=pool, server_x=server_x, releases=dict(releases),
-                        checkpoint=checkpoint, observers=list(observers), progress=progress,
-                        warnings=warnings)
+    ctx = ServerContext.of(config, pool, server_x, releases, checkpoint=checkpoint,
+                           observers=observers, progress=progress, warnings=warnings,
+                           streaming=streaming)
     if secagg is None:
         secagg = config.privacy.aggregation == "secagg"
     if secagg:  # clients add noise shares, SecAgg+ sums

@@ -317,7 +317,7 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     margins = noisy / sigmas
     margin = float(margins[0])
     powered = reach >= POWER_STDS * unit[0]
-    ctx.check = {
+    ctx.record.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
         "reach_sigmas": reach / unit[0],
         "powered": bool(powered),

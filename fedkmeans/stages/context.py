@@ -3,8 +3,10 @@
 A stage's server step (``Stage.server``) is handed the run's context ``ctx``; this
 module says what that context offers, as a :class:`typing.Protocol`, so the stages
 do not import the server layer above them. The server's implementation is
-:class:`fedkmeans.server.context.ServerContext`; the tuning's simulated runs use the
-same class over a simulated pool.
+:class:`fedkmeans.server.context.ServerContext` (a facade over a round runner, a
+releaser and the thresholds); the tuning's simulated runs use the same class over a
+simulated pool. The context is immutable: what a step decides for the run's record
+(the final check's outcome) goes to ``ctx.record``.
 """
 
 from __future__ import annotations
@@ -43,9 +45,17 @@ class StageContext(Protocol):
     pool: ClientView
     releases: Mapping[str, Release]
     non_private: list[str]
-    check: dict | None
-    #: The estimate round's release, read (None: the run had none).
-    estimates: Any
+    #: What the run decided on the way (``chosen_k``, ``spare_centers``, ``check``,
+    #: ``estimates``): :class:`fedkmeans.server.context.RunRecord`, written by the steps.
+    record: Any
+
+    @property
+    def check(self) -> dict | None:
+        """The final check's outcome (``record.check``; None: not run)."""
+
+    @property
+    def estimates(self) -> Any:
+        """The estimate round's release, read (``record.estimates``; None: none)."""
 
     @property
     def k(self) -> int:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -99,25 +100,65 @@ def test_command_on_clean_code_returns(capsys):
     assert "FAILED" not in capsys.readouterr().out
 
 
+def _halved(real, name):
+    """``statistic_bounds`` deriving half the true l2 sensitivity of statistic ``name``.
+
+    Planted at the one derivation every reader calls (the plan, the server's clip and
+    its release-time check): the bounds the server clips with are unchanged, and the
+    plan and the release agree with each other, not with what one unit's data can do.
+    """
+    class Halved(Mapping):  # lazy, as the real one: some bounds exist only once resolved
+        def __init__(self, bounds):
+            self.bounds = bounds
+
+        def __getitem__(self, key):
+            bound = self.bounds[key]
+            return dataclasses.replace(bound, l2_sensitivity=bound.l2_sensitivity / 2) \
+                if key == name else bound
+
+        def __iter__(self):
+            return iter(self.bounds)
+
+        def __len__(self):
+            return len(self.bounds)
+
+    return lambda privacy: Halved(real(privacy))
+
+
 def test_planted_half_sensitivity_fails_the_command(monkeypatch, capsys):
-    """(a) The ledger records half the sums' true l2 sensitivity (the plan only: the
-    clients and the server's clip are unchanged)."""
-    real = spec.statistic_bounds
-
-    def halved(privacy):
-        bounds = dict(real(privacy))
-        sums = bounds["sums"]
-        bounds["sums"] = type(sums)(sums.norm, sums.client_bound, sums.server_bound,
-                                    sums.l1_sensitivity, sums.l2_sensitivity / 2)
-        return bounds
-
-    monkeypatch.setattr(spec, "statistic_bounds", halved)
+    """(a) The derivation gives half the sums' true l2 sensitivity: the ledger records
+    it, and the release-time check agrees (the clients and the server's clip are
+    unchanged); only the measured change shows it."""
+    monkeypatch.setattr(spec, "statistic_bounds", _halved(spec.statistic_bounds, "sums"))
     with pytest.raises(SystemExit) as exit_info:
         audit_cli.main([*FAST, "--level", "datapoint"])
     assert exit_info.value.code == audit_cli.FAILED
     err = _failed(capsys)
     assert "init-3/sums" in err and "lloyds-1/sums" in err and "histogram" not in err
     assert "measured change 11 exceeds the recorded sensitivity 5.5" in err
+
+
+def _halved_ledger(plan):
+    """The ledger only: the sums' releases recorded at half their sensitivity."""
+    return [dataclasses.replace(r, sensitivity=r.sensitivity / 2, noise_scale=r.noise_scale / 2)
+            if r.stage.endswith("/sums") else r for r in plan]
+
+
+def test_a_planted_ledger_only_bug_is_refused_at_release_and_fails_the_audit():
+    """The plan-only form of (a): a ledger that records half the sums' sensitivity while
+    the server clips with the true bound. The release refuses before drawing noise
+    (naming the release and both values), and the audit's rows fail on it."""
+    setup = AuditSetup(level="datapoint", dim=3, max_points=16)
+    rows = {r.release: r for r in _ours(sensitivity_audit(setup, plan_hook=_halved_ledger))}
+    failed = {name for name, r in rows.items() if r.failed}
+    # the round is refused: its counts are not released either
+    assert failed == {"init-3/sums", "init-3/counts", "lloyds-1/sums", "lloyds-1/counts"}
+    for name in failed:
+        group = name.split("/")[0]
+        assert rows[name].status == "left out"
+        assert (f"SensitivityMismatchError: release {group}/sums: the ledger would record "
+                "sensitivity 5.5, but the bound the server clips sums with gives gaussian "
+                "sensitivity 11.0") in rows[name].reason
 
 
 def test_planted_client_clip_off_fails_the_command(monkeypatch, capsys):
@@ -177,7 +218,8 @@ def test_planted_client_clip_off_also_raises_eps_lb():
 
 
 def _halved_estimate(real):
-    """The estimate round's release with half its sensitivity, its noise calibrated to it."""
+    """The estimate round's release with half its sensitivity, its noise calibrated to it
+    (the runner's plan only: the release-time check still reads the true bound)."""
     def planted(privacy):
         release = real(privacy)
         return dataclasses.replace(release, sensitivity=release.sensitivity / 2,
@@ -189,9 +231,10 @@ def _halved_estimate(real):
 def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monkeypatch, capsys):
     """(d) The estimate round's release, as the runner plans it, records half its
     sensitivity: sqrt(2) / 2 at data-point level (one point moves the histograms'
-    l2 norm by sqrt(2): one rank bin and one norm bin). Its noise follows, so the
-    ledger still says epsilon <= 1."""
-    monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
+    l2 norm by sqrt(2): one rank bin and one norm bin). Planted in the derivation the
+    runner's plan and the release both read; its noise follows, so the ledger still
+    says epsilon <= 1."""
+    monkeypatch.setattr(spec, "statistic_bounds", _halved(spec.statistic_bounds, "estimates"))
     with pytest.raises(SystemExit) as exit_info:
         audit_cli.main([*FAST, "--level", "datapoint"])
     assert exit_info.value.code == audit_cli.FAILED
@@ -219,14 +262,28 @@ def test_planted_half_estimate_sensitivity_in_the_runner_fails_the_command(monke
 
 
 def test_the_planted_estimate_release_is_the_one_a_real_run_records(monkeypatch, small_config):
-    """The plant of (d) reaches release.json: the runner plans with the same function."""
-    monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
+    """The plant of (d) reaches release.json: the runner plans with the same derivation."""
+    monkeypatch.setattr(spec, "statistic_bounds", _halved(spec.statistic_bounds, "estimates"))
     flat = {**small_config, "privacy.data-radius": "auto", "privacy.lloyds-steps": 1}
     result = run_server_inprocess(flat)
     ledger = result["privacy"]["releases"]
     assert ledger[0]["stage"] == "estimate/estimates"
     assert ledger[0]["sensitivity"] == pytest.approx(math.sqrt(2) / 2)
     assert result["privacy"]["epsilon"] <= 1.0  # the ledger cannot tell
+
+
+def test_a_real_run_refuses_a_plan_that_records_less_than_its_clip(monkeypatch, small_config):
+    """The runner's plan alone records half the estimate round's sensitivity (the plant
+    of (d) before issue 51): the release-time check refuses the round, naming it."""
+    from fedkmeans.server.releaser import SensitivityMismatchError
+
+    monkeypatch.setattr(run_plan, "estimate_release", _halved_estimate(run_plan.estimate_release))
+    flat = {**small_config, "privacy.data-radius": "auto", "privacy.lloyds-steps": 1}
+    with pytest.raises(SensitivityMismatchError, match=(
+            r"release estimate/estimates: the ledger would record sensitivity 0\.707106\d*, "
+            r"but the bound the server clips estimates with gives gaussian sensitivity "
+            r"1\.414213")):
+        run_server_inprocess(flat)
 
 
 def test_planted_estimate_round_left_out_of_the_calibration_fails_the_command(

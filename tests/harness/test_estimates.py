@@ -265,10 +265,8 @@ def _estimate_rounds(sizes: np.ndarray, epsilon: float, rounds: int) -> list[Pri
     release = estimate_release(config.privacy)
     out = []
     for seed in range(rounds):
-        ctx = ServerContext(config=replace(config, seed=seed),
-                            pool=SimulatedPool(node, federation),
-                            server_x=federation.server_x, releases={release.stage: release},
-                            progress=False)
+        ctx = ServerContext.of(replace(config, seed=seed), SimulatedPool(node, federation),
+                               federation.server_x, {release.stage: release}, progress=False)
         out.append(PrivateEstimates.read(ESTIMATE.server(ctx), noise_std(release),
                                          "datapoint", declared=0))
     return out

@@ -14,7 +14,7 @@ import pytest
 from conftest import PAPER
 
 from fedkmeans.attacks.audit_plan import BudgetRow, run_plans
-from fedkmeans.attacks.release_audit import audit_release, legacy_plan
+from fedkmeans.attacks.release_audit import audit_release, legacy_derivation
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, SensitivityRow, planned_releases
 from fedkmeans.config import parse_config
 from fedkmeans.experiment.audit import main
@@ -43,10 +43,11 @@ def test_the_issue_example_moves_a_capped_histogram_by_the_recorded_sensitivity(
 
 
 def test_release_path_audit_catches_the_old_radial_clip_sensitivity():
-    """Planted bug: the histogram calibrated to 1 (per point) instead of 2."""
+    """Planted bug: the histogram calibrated to 1 (per point) instead of 2, in the
+    derivation the plan and the server's release-time check both read."""
     setup = AuditSetup(level="datapoint", dim=3)
-    result = audit_release(setup, "init-2/histogram", trials=3000, selection=1000,
-                           plan_hook=legacy_plan(setup.config().privacy))
+    with legacy_derivation():
+        result = audit_release(setup, "init-2/histogram", trials=3000, selection=1000)
     assert result.claimed_sensitivity == 1.0
     assert result.measured_change == pytest.approx(2000 / 1001)
     assert result.failed and result.epsilon_lb > result.accountant_epsilon, result

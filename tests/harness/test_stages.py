@@ -66,8 +66,8 @@ def _context(flat: dict, epsilon: float) -> ServerContext:
     pool.register(wait_seconds=1)
     plan = TOY.plan(config.privacy, TOY.group)
     releases = calibrate(plan, epsilon=epsilon, delta=1e-6) if config.is_private else []
-    return ServerContext(config=config, pool=pool, server_x=np.zeros((1, 8)),
-                         releases={r.stage: r for r in releases}, progress=False)
+    return ServerContext.of(config, pool, np.zeros((1, 8)), {r.stage: r for r in releases},
+                            progress=False)
 
 
 def _true_energy(flat: dict) -> float:

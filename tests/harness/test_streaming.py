@@ -38,7 +38,9 @@ def test_streaming_gives_the_stacked_path_s_centers_and_ledger(level, tmp_path, 
         flat.update({"privacy.clip-covariance": 300.0, "privacy.clip-sums": 40.0,
                      "privacy.epsilon": 3.0})
     streamed = run_flat({**flat, "output-dir": str(tmp_path / "streamed")})
-    monkeypatch.setattr(ServerContext, "streaming", False)
+    built = ServerContext.of.__func__
+    monkeypatch.setattr(ServerContext, "of", classmethod(
+        lambda cls, *args, **kwargs: built(cls, *args, **{**kwargs, "streaming": False})))
     stacked = run_flat({**flat, "output-dir": str(tmp_path / "stacked")})
     a, b = np.asarray(streamed["centers"]), np.asarray(stacked["centers"])
     assert np.abs(a - b).max() <= 1e-9 * np.abs(b).max()

@@ -440,7 +440,7 @@ def test_a_simulation_logs_no_warning_and_leaves_the_package_s_log_level_alone(
             self.real = real(name)
 
         def run(self, ctx):
-            seen.append((ctx.warnings, logger.level))
+            seen.append((ctx.runner.warnings, logger.level))
             ctx.warn_once("probe")("a simulated run's warning")
             return self.real.run(ctx)
 

@@ -40,21 +40,21 @@ def test_the_clipping_share_is_stated_only_when_its_bound_says_something(bound, 
 @pytest.mark.parametrize("warnings", [True, False])
 def test_step_2_s_fallback_is_said_once_per_run_through_the_run_s_warn(warnings):
     """Once per run; never by a context that logs no warnings (the tuning's simulations)."""
-    from fedkmeans.server import context
+    from fedkmeans.server import rounds
 
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    context.LOG.addHandler(handler)
+    rounds.LOG.addHandler(handler)
     warned = set()
     try:
-        ctx = type("Ctx", (), {"warned": warned, "warnings": warnings})()
-        warn = context.ServerContext.warn_once(ctx, "step-2 fallback")
+        runner = rounds.RoundRunner(warnings=warnings, warned=warned)
+        warn = runner.warn_once("step-2 fallback")
         for _ in range(3):
             w = usable_weights(np.array([-1.0, 0.0, 2.0]), 0.0, 2, warn=warn)
             assert (w == 1.0).all()  # the fallback itself still happens every time
     finally:
-        context.LOG.removeHandler(handler)
+        rounds.LOG.removeHandler(handler)
     said = [r for r in records if "positive noisy weight" in r.getMessage()]
     assert len(said) == int(warnings)
     assert warned == ({"step-2 fallback"} if warnings else set())

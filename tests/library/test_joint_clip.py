@@ -14,7 +14,7 @@ from fedkmeans.node.secagg import SecAggEncoding
 from fedkmeans.privacy.budget import joint_radius
 from fedkmeans.privacy.clipping import clip_stacked, joint_clip_factors
 from fedkmeans.server.aggregation import Fold, RunningSums, folded_sum
-from fedkmeans.server.context import ServerContext
+from fedkmeans.server.releaser import Releaser
 from fedkmeans.stages import statistic_bounds
 
 
@@ -86,7 +86,7 @@ def test_a_client_within_the_cap_is_not_scaled():
 # -- one joint clip on every path (issue 49) ---------------------------------------------
 # At data-point level one point moves the clipped pair by at most L = sqrt((Delta /
 # sigma_s)^2 + (1 / sigma_c)^2) noise standard deviations (fedkmeans.privacy.budget). The
-# same test drives the server's fold (ServerContext.folds, folded_sum) and a node's clip
+# same test drives the server's fold (Releaser.folds, folded_sum) and a node's clip
 # before its noise shares (SecAggEncoding.clipped, whose share scales are the releases'
 # sigma over sqrt(n_min)); the node's former second clip (the counts in l1 to R sigma_c)
 # breaks the bound.
@@ -99,8 +99,7 @@ def _central(rows):
     config = parse_config(SMALL)
     releases = {f"lloyds-1/{n}": SimpleNamespace(mechanism="gaussian", noise_scale=s)
                 for n, s in SIGMA.items()}
-    folds = ServerContext.folds(SimpleNamespace(config=config, releases=releases),
-                                "lloyds-1", rows)
+    folds = Releaser(config.privacy, config.is_private, releases).folds("lloyds-1", rows)
     return {n: folded_sum(rows, n, folds) for n in rows}
 
 

@@ -12,8 +12,7 @@ from fedkmeans.server.replies import Replies
 
 def _context(releases, **overrides):
     config = parse_config({**PAPER, "privacy.level": "client", **overrides})
-    return ServerContext(config=config, pool=None, server_x=np.zeros((1, 1)),
-                         releases={r.stage: r for r in releases})
+    return ServerContext.of(config, None, np.zeros((1, 1)), {r.stage: r for r in releases})
 
 
 def test_gaussian_noise_drawn_has_the_calibrated_scale_and_is_symmetric():
@@ -53,7 +52,7 @@ def test_server_clips_each_client_before_summing():
 
 
 def test_noise_is_secret_by_default_and_seeded_only_on_request():
-    release = Release("init-3/sums", "gaussian", 110.0, 5.0, 1.0, "init-3")
+    release = Release("init-3/sums", "gaussian", 550.0, 5.0, 1.0, "init-3")  # PAPER's clip
     replies = Replies(np.arange(1), {"sums": np.zeros((1, 4, 4))})
     # default: the same config and seed give different noise (nothing published fixes it)
     a = _context([release]).release(replies, "sums", "init-3/sums")
@@ -108,3 +107,88 @@ def test_release_leaves_names_every_leaf_by_its_dotted_path():
     assert release_leaves({"check": {"clip": 2.0}, "centers": [[1.0, 3.0]], "k": 1}) == {
         "check.clip": 2.0, "centers#len": 1, "centers[0]#len": 2, "centers[0][0]": 1.0,
         "centers[0][1]": 3.0, "k": 1}
+
+
+# -- the release-time check (issue 51): the ledger records the bound the server clips with --
+class _Seen:
+    def __init__(self):
+        self.stages = []
+
+    def on_release(self, stage, before, after):
+        self.stages.append(stage)
+
+
+@pytest.mark.parametrize("aggregated", [False, True])
+def test_a_release_refuses_a_ledger_derived_from_other_bounds(aggregated):
+    """Planned at clip-sums 550 (client level: sensitivity 550), released by a context
+    whose config clips the sums to 110: nothing is noised, recorded or shown."""
+    from fedkmeans.server.releaser import SensitivityMismatchError
+
+    release = Release("init-3/sums", "gaussian", 550.0, 5.0, 1.0, "init-3")
+    seen = _Seen()
+    config = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    ctx = ServerContext.of(config, None, np.zeros((1, 1)), {release.stage: release},
+                           observers=[seen])
+    replies = (Replies(np.arange(1), {"sums": np.zeros((1, 4, 4))}, aggregated=True,
+                       noise_scales={"sums": 5.0}) if aggregated
+               else Replies(np.arange(2), {"sums": np.zeros((2, 4, 4))}))
+    with pytest.raises(SensitivityMismatchError, match=(
+            r"^release init-3/sums: the ledger would record sensitivity 550\.0, but the bound "
+            r"the server clips sums with gives gaussian sensitivity 110\.0; refusing")):
+        ctx.release(replies, "sums", "init-3/sums")
+    assert ctx.accountant.releases == () and seen.stages == []
+    # the same release, by a context whose clip gives its sensitivity: released
+    clipped = ServerContext.of(parse_config({**PAPER, "privacy.level": "client"}), None,
+                               np.zeros((1, 1)), {release.stage: release})
+    clipped.release(replies, "sums", "init-3/sums")
+    assert clipped.accountant.releases == (release,)
+
+
+def test_the_context_after_the_plan_is_a_new_one_and_the_first_is_unchanged():
+    """``planned`` builds a second context (the resolved config, the releases added)
+    sharing the runner, ledger and record; neither can be re-pointed."""
+    import dataclasses
+
+    declared = parse_config({**PAPER, "privacy.level": "client"})
+    resolved = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    estimate = Release("estimate/estimates", "gaussian", 2.0, 1.0, 1.0, "estimate")
+    sums = Release("init-3/sums", "gaussian", 110.0, 5.0, 1.0, "init-3")
+    first = ServerContext.of(declared, None, np.zeros((1, 1)), {estimate.stage: estimate})
+    second = first.planned(resolved, [sums])
+    assert second is not first
+    assert first.config is declared and dict(first.releases) == {estimate.stage: estimate}
+    assert second.config is resolved
+    assert dict(second.releases) == {estimate.stage: estimate, sums.stage: sums}
+    assert second.releaser.bounds["sums"].server_bound == 110.0
+    assert first.releaser.bounds["sums"].server_bound == 550.0
+    assert second.runner is first.runner and second.record is first.record
+    assert second.accountant is first.accountant
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        second.config = declared
+    with pytest.raises(TypeError):
+        second.releases["init-3/sums"] = estimate
+    second.release(Replies(np.arange(1), {"sums": np.zeros((1, 4, 4))}), "sums", "init-3/sums")
+    assert first.accountant.releases == (sums,)  # one ledger
+
+
+def test_the_pool_after_the_plan_sends_the_new_settings_and_the_first_keeps_its_own():
+    """The nodes' settings and SecAgg's config and releases change in a new pool view;
+    the registered nodes and the logs are the same objects."""
+    from fedkmeans.server.pool import ClientPool
+    from fedkmeans.server.secagg import SecAggAggregator
+
+    declared = parse_config({**PAPER, "privacy.level": "client"})
+    resolved = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    pool = ClientPool(None, declared.federation, node_clients={7: np.arange(3)}, dim=2,
+                      settings={"clip": "declared"})
+    first = ServerContext.of(declared, pool, np.zeros((1, 2)), {})
+    pool.secagg = SecAggAggregator(declared, first.releases)
+    sums = Release("init-3/sums", "gaussian", 110.0, 5.0, 1.0, "init-3")
+    second = first.planned(resolved, [sums], settings={"clip": "resolved"})
+    assert pool.settings == {"clip": "declared"} and pool.secagg.config is declared
+    assert second.pool.settings == {"clip": "resolved"}
+    assert second.pool.secagg.config is resolved and second.pool.secagg.releases["init-3/sums"] \
+        is sums
+    assert second.pool.node_clients is pool.node_clients
+    assert second.pool.rejected is pool.rejected and second.pool.answered is pool.answered
+    assert second.pool.secagg.rounds is pool.secagg.rounds
