@@ -232,8 +232,8 @@ def run_protocol(
     # config of ours: fedkmeans.client.mount reads its config from them)
     ctx = wire_context(config, pool, server_x, {}, checkpoint=checkpoint,
                        observers=observers, settings=settings)
-    ctx, config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace,
-                                          timings=timings)
+    config, tuning, releases = _plan(ctx, checkpoint, transform, subspace=subspace,
+                                     timings=timings)
     # the rounds after the plan: a second context, of the resolved config and the plan
     ctx = ctx.planned(config, releases, settings={**node_settings(config),
                                                   **transform.to_settings(),
@@ -299,12 +299,14 @@ def _preprocessing(transform: PublicTransform) -> dict:
 
 
 def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTransform, *,
-          subspace: bool, timings: dict[str, float]
-          ) -> tuple[ServerContext, ExperimentConfig, dict | None, list[Release]]:
-    """The context of the estimate round, the resolved config, tuning record and releases.
+          subspace: bool, timings: dict[str, float]) -> tuple[ExperimentConfig, dict | None,
+                                                              list[Release]]:
+    """The resolved config, the tuning record and the calibrated releases of the run.
 
-    The context returned holds the estimate round's release (a private run's); the
-    resolved config and the calibrated releases make the one after the plan.
+    The releases are the estimate round's (a private run's, first) and the plan's. The
+    estimate round runs in a context of its own: ``ctx`` with its release
+    (:meth:`~fedkmeans.server.context.ServerContext.planned`), sharing its runner,
+    ledger and record.
 
     On a resume, the plan stored with the checkpoint (never resolved again: the rounds
     restored from it were calibrated for it). Otherwise :func:`~fedkmeans.tuning.plan.
@@ -321,20 +323,17 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
     stored = checkpoint.plan if checkpoint is not None else None
     if stored is not None:
         plan = RunPlan.from_dict(stored)
-        ctx = ctx.planned(ctx.config, plan.prior)
         if ESTIMATE.group in checkpoint.rounds:
-            ctx.record.estimates = _read_estimates(ctx, ESTIMATE.server(ctx), plan.prior[0])
+            estimating = ctx.planned(ctx.config, plan.prior)
+            ctx.record.estimates = _read_estimates(
+                estimating, ESTIMATE.server(estimating), plan.prior[0])
         timings["tuning"] = time.perf_counter() - start
-        return ctx, plan.config, plan.tuning, list(plan.releases)
-
-    estimating = ctx
+        return plan.config, plan.tuning, [*plan.prior, *plan.releases]
 
     def resolve(prior: tuple[Release, ...]) -> tuple[ExperimentConfig, dict | None]:
-        nonlocal estimating
-        # the estimate round, released before anything is resolved
         estimating = ctx.planned(ctx.config, prior)
-        for release in prior:
-            estimating.record.estimates = _read_estimates(
+        for release in prior:  # the estimate round, released before anything is resolved
+            ctx.record.estimates = _read_estimates(
                 estimating, ESTIMATE.server(estimating), release)
         resolved = resolve_auto(ctx.config, ctx.server_x, ctx.estimates)
         timings["tuning"] = time.perf_counter() - start
@@ -344,7 +343,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
     timings["calibrate"] = time.perf_counter() - start - timings["tuning"]
     if checkpoint is not None:
         checkpoint.save_plan({**plan.to_dict(), "transform": transform.to_record()})
-    return estimating, plan.config, plan.tuning, list(plan.releases)
+    return plan.config, plan.tuning, [*plan.prior, *plan.releases]
 
 
 def _read_estimates(ctx: ServerContext, noisy, release: Release) -> PrivateEstimates:
