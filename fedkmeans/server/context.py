@@ -21,7 +21,7 @@ import numpy as np
 
 from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.config import AUTO, ProtocolConfig
 from fedkmeans.console import say
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
@@ -51,7 +51,7 @@ class ServerContext:
 
     Attributes
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
     pool : ClientPool
     server_x : ndarray of shape (m, d)
         The server's own (public) data Q.
@@ -65,7 +65,7 @@ class ServerContext:
         Rounds that released client statistics without noise.
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     pool: ClientPool
     server_x: np.ndarray
     releases: dict[str, Release]
@@ -142,7 +142,7 @@ class ServerContext:
         self._progress(name, "done", f" in {self.timings[name]:.1f} s")
         return outputs
 
-    def use_plan(self, config: ExperimentConfig, releases: Iterable[Release], *,
+    def use_plan(self, config: ProtocolConfig, releases: Iterable[Release], *,
                  settings: Mapping) -> None:
         """Run the rounds after the plan with its resolved config and calibrated releases.
 

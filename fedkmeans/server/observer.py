@@ -32,7 +32,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.plugins import ATTACKS
 from fedkmeans.server.replies import Replies
 
@@ -48,7 +48,7 @@ class RunObserver:
     #: Key of :meth:`report`'s section in ``result.json``.
     result_key: ClassVar[str] = "observer"
 
-    def on_start(self, config: ExperimentConfig) -> None:
+    def on_start(self, config: ProtocolConfig) -> None:
         """Take the run's resolved settings (``auto`` replaced), before any round."""
 
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
@@ -96,7 +96,7 @@ class Attack:
     """
 
     name: str
-    build: Callable[[ExperimentConfig], list[RunObserver]]
+    build: Callable[[ProtocolConfig], list[RunObserver]]
     summary: str = ""
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.accountant import Release
 
 __all__ = ["ClientView", "StageContext"]
@@ -38,7 +38,7 @@ class StageContext(Protocol):
     Implemented by :class:`fedkmeans.server.context.ServerContext`.
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     server_x: np.ndarray
     pool: ClientView
     releases: Mapping[str, Release]

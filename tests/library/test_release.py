@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from conftest import PAPER
 
-from fedkmeans.config import parse_config
+from fedkmeans.config import parse_protocol
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.replies import Replies
 
 
 def _context(releases, **overrides):
-    config = parse_config({**PAPER, "privacy.level": "client", **overrides})
+    config = parse_protocol({**PAPER, "privacy.level": "client", **overrides})
     return ServerContext(config=config, pool=None, server_x=np.zeros((1, 1)),
                          releases={r.stage: r for r in releases})
 
