@@ -109,7 +109,7 @@ class Dataset:
 
     Subclasses implement :meth:`client_ids`, :meth:`client` and :meth:`server`; the
     other methods have defaults that fit most data sets. Every method takes the
-    validated :class:`~fedkmeans.config.ExperimentConfig`.
+    validated :class:`~fedkmeans.experiment.config.ExperimentConfig`.
 
     Attributes
     ----------
