@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -90,13 +90,14 @@ class Attack:
         The config value.
     build : callable
         ``build(config) -> list of RunObserver``: the observers of a run (empty: the
-        honest server alone).
+        honest server alone); ``config`` is the caller's (the harness's experiment
+        config, or a strategy's :class:`~fedkmeans.config.ProtocolConfig`).
     summary : str
         One line for listings.
     """
 
     name: str
-    build: Callable[[ProtocolConfig], list[RunObserver]]
+    build: Callable[[Any], list[RunObserver]]
     summary: str = ""
 
 
