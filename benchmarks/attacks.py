@@ -32,11 +32,11 @@ import fedkmeans.attacks as attacks_pkg
 from fedkmeans.attacks.curious import CuriousObserver
 from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
 from fedkmeans.attacks.scoring import cosine_similarity
-from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment import run
 from fedkmeans.experiment.audit import audit
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.seeding import generator
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results"

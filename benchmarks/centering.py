@@ -39,9 +39,9 @@ K = 10
 
 def shifted_mixture(seed: int, directory: Path) -> Path:
     """The default mixture of ``seed``, every coordinate + :data:`OFFSET`, as an .npz."""
-    from fedkmeans.config import parse_config
     from fedkmeans.data import load_pooled, load_server
     from fedkmeans.data.npz import save_npz
+    from fedkmeans.experiment.config import parse_config
 
     config = parse_config({"seed": seed})
     pooled = load_pooled(config)

@@ -54,7 +54,7 @@ print("RESULT " + json.dumps({"timings": timings,
 NODE_CHILD = """
 import json, sys, time
 from threadpoolctl import threadpool_limits
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.data import load_server
 from fedkmeans.node import NodeData
 flat, radius, nodes = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])

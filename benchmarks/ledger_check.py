@@ -19,7 +19,7 @@ from results_table import write_tables
 
 from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.ledger_check import recompute_epsilon
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.privacy.accountant import PrivacyLedger
 from fedkmeans.privacy.calibration import calibrate
 

@@ -93,8 +93,8 @@ def optimal_cost_memory(clients: int, points: int, dim: int, how: str) -> dict:
 
     from fedkmeans import evaluation, metrics
     from fedkmeans.clustering import optimal
-    from fedkmeans.config import parse_config
     from fedkmeans.data import load_pooled
+    from fedkmeans.experiment.config import parse_config
 
     config = parse_config({"data.num-clients": clients, "data.points-per-client": points,
                            "data.dim": dim})

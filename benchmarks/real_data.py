@@ -48,9 +48,9 @@ EPSILONS = {"datapoint": (0.25, 0.5, 1.0, 2.0, 4.0), "client": (0.25, 0.5, 1.0, 
 
 def guess_settings(dataset: str, level: str) -> list[str]:
     """The user's guess: Delta from the server's data, loose client-level bounds."""
-    from fedkmeans.config import parse_config
     from fedkmeans.data import load_server
     from fedkmeans.experiment.cli import compose_flat
+    from fedkmeans.experiment.config import parse_config
 
     config = parse_config(compose_flat([f"dataset={dataset}"]))
     server_x, _ = load_server(config)

@@ -156,8 +156,7 @@ def run_one(name: str, output_dir: Path) -> dict[str, object]:
     flat = flat_config(name, output_dir)
     facts: dict[str, object] = {"package": str(Path(fedkmeans.__file__).parent)}
     if name in SEEDED_SHARES:
-        from fedkmeans.config import parse_config
-
+        parse_config = _harness_module("config", "config").parse_config  # moved in #51
         seed_the_shares(parse_config(flat).seed)
     if name == "resume":
         from fedkmeans.client_app import app as client_app

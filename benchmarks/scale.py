@@ -41,9 +41,9 @@ from scipy.linalg import blas
 
 from fedkmeans.clustering import top_eigenvectors, weighted_kmeans
 from fedkmeans.clustering.distances import BLOCK
-from fedkmeans.config import parse_config
 from fedkmeans.data import load_client, load_server
 from fedkmeans.experiment import run
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node.blocks import assign_in_blocks, one_hot_sums
 from fedkmeans.stages.check import cost_differences
 

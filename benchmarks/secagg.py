@@ -25,8 +25,8 @@ import numpy as np
 from results_table import markdown_table, write_csv
 
 from fedkmeans import client_app
-from fedkmeans.config import parse_config
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.node import NodeData

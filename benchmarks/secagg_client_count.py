@@ -40,9 +40,9 @@ from results_table import write_tables
 
 from fedkmeans import client_app
 from fedkmeans.artefacts import release_leaves, release_view
-from fedkmeans.config import parse_config
 from fedkmeans.data import _npz_version
 from fedkmeans.data.npz import save_npz
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.privacy import distributed

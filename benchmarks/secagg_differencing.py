@@ -30,7 +30,7 @@ from scipy.special import gammaln
 
 from fedkmeans import client_app
 from fedkmeans.attacks.differencing import combine_runs, leading_direction
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.node import NodeData

@@ -63,9 +63,9 @@ from pathlib import Path
 import numpy as np
 from results_table import markdown_table, write_csv
 
-from fedkmeans.config import parse_config
 from fedkmeans.data import load_server
 from fedkmeans.experiment.cli import flatten, run
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines import FLOWER
 from fedkmeans.experiment.engines.flower import (
     free_port,
@@ -415,7 +415,8 @@ def extrapolation(flat_cfg, run_info: dict, fold_bps: float) -> list[str]:
     b1, b2, b3 = 8 * tri, 8 * m, 8 * (k * d + k)
     ids = 8  # the client id every reply echoes per row (int64)
     r1, r2, r3 = n * (b1 + ids), n * (b2 + ids), n * (b3 + ids)
-    message_mb, inflight_mb = cfg.federation.message_mb, cfg.federation.inflight_mb
+    limits = cfg.protocol.federation
+    message_mb, inflight_mb = limits.message_mb, limits.inflight_mb
     window = max(1, int(inflight_mb // message_mb))  # full-size messages in flight
     per_msg = int(message_mb * 2 ** 20 // b1)
     clients_per_node = 1000

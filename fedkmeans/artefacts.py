@@ -126,8 +126,7 @@ def published_config(flat: dict[str, Any]) -> dict[str, Any]:
     Keys of another data set (the mixture's ``data.dim`` in a file run) are left out,
     and a file path is published as the file's name (:data:`FILE_CONFIG_KEYS`).
     """
-    from fedkmeans.config import EVERY_RUN_DATA_KEYS
-    from fedkmeans.data.catalog import dataset
+    from fedkmeans.data.catalog import EVERY_RUN_DATA_KEYS, dataset
 
     try:
         read = dataset(str(flat.get("data.name", ""))).reads(flat)

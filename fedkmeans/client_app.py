@@ -22,9 +22,10 @@ from flwr.clientapp import ClientApp
 
 from fedkmeans import data as data_access
 from fedkmeans.client import clipped_points, mount_source
-from fedkmeans.config import CLIENT_SETTINGS, from_run_config
+from fedkmeans.config import CLIENT_SETTINGS
 from fedkmeans.config_node import with_client_settings
 from fedkmeans.data.transform import IDENTITY, PublicTransform
+from fedkmeans.experiment.config import from_run_config
 from fedkmeans.node import NodeData, clip_radius, shard_ready
 
 app = ClientApp()
@@ -135,7 +136,8 @@ def node_data(context: Context, settings: dict | None = None, *,
         forget_clipping_warning()
         _CURRENT.data_key = data_key
     key = (partition_id, num_partitions, data_path)
-    config = with_client_settings(from_run_config(run_config), settings)
+    experiment = from_run_config(run_config)  # the data settings the clients load from
+    config = with_client_settings(experiment.protocol, settings)
     transform = PublicTransform.from_settings(settings)
     # a radius the server resolved (`auto`) is summarised once by the server, privately
     warn = str(context.run_config.get("privacy.data-radius", "")).lower() != "auto"
@@ -152,20 +154,21 @@ def node_data(context: Context, settings: dict | None = None, *,
         shard = shared / _shard_name(data_key, key, None, transform.digest)
         built = shared / _shard_name(data_key, key, None, IDENTITY.digest)
         if shard_ready(shard):
-            node = NodeData.open_spilled(config, shard, data_path, transform)
+            node = NodeData.open_spilled(config, shard, data_path, transform, source=experiment)
         elif shard_ready(built):  # written at registration, as built: read, not built again
-            node = NodeData.open_spilled(config, built, data_path).in_memory()
+            node = NodeData.open_spilled(config, built, data_path,
+                                         source=experiment).in_memory()
             node.transform_to(transform)
             node.spill(shared, shard.name)
         else:
             node = NodeData.load(config, partition_id, num_partitions, data_path,
-                                 warn=warn, clip=False, transform=transform)
+                                 warn=warn, clip=False, transform=transform, source=experiment)
             node.spill(shared, shard.name)
         node.aim(radius)
     if node is None:
         node = NodeData.load(config, partition_id, num_partitions, data_path, warn=warn,
-                             clip=clip, transform=transform)
-    budget = cache_budget(config.federation.node_cache_mb, config.federation.engine)
+                             clip=clip, transform=transform, source=experiment)
+    budget = cache_budget(config.federation.node_cache_mb, experiment.federation.engine)
     _CURRENT.budget = budget
     if _NODES.get(key) is not node:
         _NODES[key] = node

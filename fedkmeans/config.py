@@ -1,34 +1,40 @@
-"""Typed, validated experiment configuration: every key, its default and its rules.
+"""The protocol's configuration: k, the algorithm, the privacy settings, the messaging limits.
 
-The run configuration reaches the ServerApp and the ClientApp as a flat mapping with
-dotted keys (``privacy.epsilon``), exactly as Flower flattens the nested tables of
-``[tool.flwr.app.config]`` and as :mod:`fedkmeans.experiment` flattens the Hydra config.
-:func:`parse_config` turns it into frozen dataclasses and checks every value *before*
-any private data is touched; a bad value raises one :class:`ConfigError` naming the key,
-what is allowed and the value.
+:class:`ProtocolConfig` is everything the protocol (:func:`fedkmeans.session.run_protocol`,
+the stages, the server, the nodes, the tuning, the strategies) reads of a run: the
+algorithm, the seed, k, the public transform's two flags (``data.center``,
+``data.scale``), the privacy settings (``privacy.*``) and how the server talks to the
+nodes (the messaging limits, ``federation.*``). The harness's experiment config
+(:mod:`fedkmeans.experiment.config`) embeds it and adds the data set, the output, the
+engine and the attack; no module of the library imports that.
+
+A run's settings arrive as a flat mapping with dotted keys (``privacy.epsilon``), as
+Flower flattens the nested tables of ``[tool.flwr.app.config]``; a key's section is
+the attribute that holds it (``privacy.epsilon`` is ``config.privacy.epsilon``).
+:func:`parse_protocol` turns such a mapping into frozen dataclasses and checks every
+value *before* any private data is touched; a bad value raises one :class:`ConfigError`
+naming the key, what is allowed and the value.
 
 Each key is one field: its documentation (the ``#:`` comment), its default and its
-rules (:func:`fedkmeans.schema.key`), checked in declaration order by :func:`validate`.
-These dataclasses are the one source of defaults: the Hydra base config is generated
-from them (:mod:`fedkmeans.conf`) and ``[tool.flwr.app.config]`` in ``pyproject.toml``
-mirrors it (``tests/harness/test_config.py`` keeps the two in step). A new key is a field here
-and a line there.
+rules (:func:`fedkmeans.schema.key`), checked in declaration order by
+:func:`validate_protocol`. These dataclasses are the one source of the protocol's
+defaults: the Hydra base config is generated from them (:mod:`fedkmeans.conf`) and
+``[tool.flwr.app.config]`` in ``pyproject.toml`` mirrors it (``tests/harness/test_config.py``
+keeps the two in step). A new key is a field here and a line there.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
 
-from fedkmeans.data import catalog
 from fedkmeans.data.transform import PublicTransform
-from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
+from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy.calibration import MAX_FINITE_EPSILON
 from fedkmeans.privacy.registry import MECHANISMS, mechanism
 from fedkmeans.schema import (
@@ -46,15 +52,15 @@ from fedkmeans.schema import (
     when,
 )
 
-__all__ = ["AUTO", "AUTO_K", "ConfigError", "DataConfig", "ExperimentConfig",
-           "FederationConfig", "IDLE_RULES", "PrivacySettings", "RUNTIME_AUTO",
-           "check_no_idle_keys", "check_server_points", "config_keys", "from_run_config",
-           "idle_keys", "nested_config", "parse_config", "settle_idle_keys", "to_run_config",
-           "typed_idle_keys", "validate"]
+__all__ = ["AUTO", "AUTO_K", "CLIENT_SETTINGS", "ConfigError", "IDLE_RULES", "IdleRule",
+           "MessagingLimits", "PrivacySettings", "ProtocolConfig", "RUNTIME_AUTO",
+           "TransformSettings", "build_config", "check_no_idle_keys", "check_server_points",
+           "flatten", "idle_keys", "nested_config", "parse_protocol", "protocol_keys",
+           "validate_protocol"]
 
 #: Value of a setting chosen by :mod:`fedkmeans.tuning` from public information only.
 AUTO = "auto"
-#: ``k = auto`` is stored as this value of :attr:`ExperimentConfig.k`.
+#: ``k = auto`` is stored as this value of :attr:`ProtocolConfig.k`.
 AUTO_K = 0
 
 _CLIP = auto_or(positive())
@@ -65,21 +71,7 @@ def _weights(n: int) -> Any:
     return lambda v: len(v) == n and all(math.isfinite(w) and w > 0 for w in v)
 
 
-def _spec(c: ExperimentConfig) -> catalog.Dataset:
-    return catalog.dataset(c.data.name)
-
-
-def _count(note: str) -> Dependent:
-    """``>= 0`` (0 = all) for a data set that caps a given table, else ``>= 1``."""
-    return Dependent(lambda c: at_least(0, note=note) if _spec(c).whole_table else at_least(1))
-
-
-def _reads_file(c: ExperimentConfig, partitioner: str) -> bool:
-    """The data set reads a file's columns, split by ``partitioner``."""
-    return len(_spec(c).partitioners) > 1 and c.data.partitioner == partitioner
-
-
-def _secagg(c: ExperimentConfig) -> bool:
+def _secagg(c: ProtocolConfig) -> bool:
     return c.privacy.aggregation == "secagg"
 
 
@@ -89,78 +81,14 @@ def _not_feddp(what: str) -> Constraint:
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    """Where the training and server data come from (``data.*``)."""
+class TransformSettings:
+    """The public transform of the points (``data.center``, ``data.scale``).
 
-    #: A registered data set (:mod:`fedkmeans.data.catalog`): ``mixture`` (the paper's
-    #: Gaussian mixture), ``file`` (your own CSV/TSV/Parquet/``.npz`` file; ``npz`` is
-    #: an alias), or a real data set that loads offline (``nycflights``, ``mplsstops``,
-    #: ``diamonds``: ``pip install 'fedkmeans[datasets]'``; ``digits``).
-    name: str = key("mixture", Dependent(lambda c: one_of(catalog.accepted())), Dependent(
-        lambda c: Constraint(lambda v: _spec(c).installed(), _spec(c).install_hint())))
-    #: Dimension d of the mixture.
-    dim: int = key(100, at_least(1))
-    #: Number of mixture components (paper: 10).
-    components: int = key(10, at_least(1))
-    #: Number of (virtual) clients of the mixture (or of a file's ``iid``/``dirichlet``
-    #: split). Real data sets: at most this many clients, the first in sorted
-    #: client-name order (0 = all).
-    num_clients: int = key(100, _count(" (real data sets: 0 = every client)"))
-    #: Points per mixture client (paper: 1000 at data-point level, 50 at client level).
-    #: Real data sets: each client keeps at most its first this many rows (0 = all):
-    #: contribution bounding for client-level privacy.
-    points_per_client: int = key(1000, _count(
-        " (real data sets: each client keeps its first rows; 0 = all)"))
-    #: Per-coordinate variance of each mixture component (paper: 0.5).
-    variance: float = key(0.5, positive())
-    #: How a mixture client's points are spread over the components.
-    partition: str = key("iid", one_of(("iid", "dirichlet")))
-    #: Concentration of the per-client Dirichlet (mixture ``dirichlet``, file partitioner).
-    dirichlet_alpha: float = key(1.0, positive())
-    #: Mixture server data: points drawn from each component (paper: 20).
-    server_points_per_component: int = key(20, at_least(0))
-    #: Mixture server data: out-of-distribution points uniform in [0, 1]^d (paper: 100).
-    server_uniform_points: int = key(100, at_least(0))
-    #: Your data file (docs/own-data.md). In deployment a node's own ``data-path`` wins.
-    path: str = key("")
-    #: Real data sets: ``column=value`` selecting the rows that form the server's data
-    #: (held out from every client), e.g. ``carrier=DL`` or ``month=1``.
-    holdout: str = key("", Dependent(
-        lambda c: Constraint(_spec(c).holdout_ok, _spec(c).holdout_allowed())))
-    #: Real data sets: at most this many server points, a seeded random subset of the
-    #: held-out rows (0 = all of them).
-    server_points: int = key(0, at_least(0, note=" (0 = all)"))
-    #: Real data sets: clients with fewer rows are left out of the federation.
-    min_points_per_client: int = key(1, at_least(1))
-    #: Data files: the server's own ``.csv``, ``.parquet`` or ``.npz`` file with the same
-    #: feature columns, relative to the directory of ``path`` ('' = ``server_x`` of an
-    #: ``.npz`` file, or ``server_fraction``). See :mod:`fedkmeans.data.tables`.
-    server_path: str = key("")
-    #: Data files: this fraction of the rows, drawn with the run's seed (public
-    #: randomness), becomes the server's data and leaves the clients (0 = none).
-    server_fraction: float = key(0.0, interval(0, 1, low_open=False, high_open=True,
-                                               note=" (0 = no rows for the server)"))
-    #: Data files: ``natural-id`` makes one client per value of ``client_column``;
-    #: ``iid`` and ``dirichlet`` (over ``label_column``) split the rows into
-    #: ``num_clients`` clients with Flower Datasets' partitioners, seeded from the seed.
-    partitioner: str = key("natural-id", one_of(catalog.PARTITIONERS), Dependent(
-        lambda c: one_of(_spec(c).partitioners, note=f" for data.name={c.data.name!r} (only "
-                         "a data file, dataset=file, is split by a partitioner; the "
-                         "mixture's clients are set by data.partition)")))
-    #: Data files: the column (``.npz``: key ``client``) naming each row's client.
-    client_column: str = key("client", when(
-        lambda c: _reads_file(c, "natural-id"),
-        Constraint(bool, "a column name when data.partitioner is 'natural-id'")))
-    #: Data files: a column of labels (evaluation and ``dirichlet`` only; never a
-    #: feature); '' = none. An ``.npz`` file's labels are its key ``y``.
-    label_column: str = key("", when(
-        lambda c: _reads_file(c, "dirichlet") and not c.data.path.lower().endswith(".npz"),
-        Constraint(bool, "the label column when data.partitioner is 'dirichlet' "
-                         "(Dirichlet over its labels)")))
-    #: Data files: comma-separated feature columns ('' = all but client and label).
-    features: str = key("")
-    #: CSV files: the field delimiter ('' = ``,`` for ``.csv``, tab for ``.tsv``).
-    delimiter: str = key("")
+    The two ``data.*`` keys the protocol reads: what it does to every point before the
+    clip, from the server's data Q (:meth:`ProtocolConfig.public_transform`). Where the
+    data come from is the harness's (:class:`fedkmeans.experiment.config.DataConfig`).
+    """
+
     #: Private runs: every point is shifted by the mean of the server's data Q (public,
     #: no privacy cost) before the clip to the data radius and every statistic; the
     #: centers are shifted back (:mod:`fedkmeans.data.transform`). Not used at
@@ -331,29 +259,15 @@ class PrivacySettings:
 CLIENT_BOUNDS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
 
-def registered(registry, default: str, value: object):
-    """``one_of`` the registry's names; its default accepted without reading it.
-
-    The attack and engine registries' built-ins are the harness's modules
-    (:mod:`fedkmeans.attacks`, :mod:`fedkmeans.experiment.engines`), loaded the first time the
-    registry is read. The library's own runs (the strategies, the estimator) keep the
-    defaults (no attack; the engine is the caller's Grid), so checking them reads no
-    registry and loads nothing of the harness; any other value is checked against the
-    registry, whose names the error lists.
-    """
-    if value == default:
-        return one_of((default,))
-    return one_of(registry.names())
-
-
 @dataclass(frozen=True)
-class FederationConfig:
-    """How the server talks to the nodes (``federation.*``)."""
+class MessagingLimits:
+    """How the server talks to the nodes: the messaging limits (``federation.*``).
 
-    #: A registered engine (:mod:`fedkmeans.experiment.engines`): ``inprocess`` runs the real
-    #: ServerApp and ClientApp in this process, ``flower`` a ``flwr run`` simulation.
-    engine: str = key("inprocess", Dependent(
-        lambda c: registered(ENGINES, "inprocess", c.federation.engine)))
+    The ``federation.*`` keys the protocol reads; the engine that runs the federation
+    and its simulation's CPUs are the harness's
+    (:class:`fedkmeans.experiment.config.FederationConfig`).
+    """
+
     #: Nodes (SuperNodes) the server waits for; 0 = the ones present at start.
     #: :mod:`fedkmeans.experiment` also sizes the simulation from it (0 = one node per
     #: generated client, capped at 100; one node for a data file).
@@ -371,10 +285,6 @@ class FederationConfig:
             "shares sized for a fraction of the asked clients sum to a variance that "
             "depends on their private number; use privacy.level = 'client' to tolerate "
             "dropouts)")))
-    #: Ray: CPUs the simulation may use (``init-args-num-cpus``).
-    num_cpus: int = key(2, at_least(1))
-    #: Ray: CPUs reserved per ClientApp actor.
-    client_cpus: float = key(1.0, positive("a float > 0"))
     #: Largest reply (MiB) the server asks a node for: a node's clients are asked in
     #: batches of at most this many bytes of statistics per message.
     message_mb: float = key(32.0, positive("a finite float > 0 (MiB)"))
@@ -390,8 +300,12 @@ class FederationConfig:
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    """One experiment: algorithm, data, privacy and federation settings."""
+class ProtocolConfig:
+    """What the protocol reads of a run: algorithm, k, transform, privacy, messaging limits.
+
+    Built and validated once (:func:`parse_protocol`, or the harness's experiment config,
+    which embeds one: :attr:`fedkmeans.experiment.config.ExperimentConfig.protocol`).
+    """
 
     #: A registered algorithm (:data:`fedkmeans.plugins.ALGORITHMS`).
     algorithm: str = key("feddp-kmeans", Dependent(lambda c: one_of(ALGORITHMS.names())))
@@ -415,26 +329,9 @@ class ExperimentConfig:
         lambda c: not ALGORITHMS[c.algorithm].local_k, Constraint(
             lambda v: v == 0, "0 (its default) unless algorithm is 'kfed': it does "
             "nothing for another algorithm")))
-    #: Absolute directory for ``result.json`` ('' = ``~/.fedkmeans/runs/<run id>``).
-    output_dir: str = key("", Constraint(
-        lambda v: v == "" or v.startswith("/"),
-        "an absolute path (relative paths resolve against the SuperLink's cwd) or ''"))
-    #: Restarts of the centralized k-means that gives ``optimal_cost`` (>= 10).
-    optimal_restarts: int = key(10, at_least(10), when(
-        lambda c: c.optimal_cost == "skip", Constraint(
-            lambda v: v == 10, "10 (its default) with optimal-cost = 'skip': no optimum "
-            "is computed")))
-    #: ``skip`` leaves ``metrics.optimal_cost`` null (the scale benchmarks; deployments,
-    #: whose server cannot load the clients' data).
-    optimal_cost: str = key("compute", one_of(("compute", "skip"), note=(
-        " (skip: no reference cost, e.g. at scale or when the server cannot load client "
-        "data)")))
-    #: A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go to
-    #: ``result.json`` under ``attack``.
-    attack: str = key("none", Dependent(lambda c: registered(ATTACKS, "none", c.attack)))
-    data: DataConfig = DataConfig()
+    data: TransformSettings = TransformSettings()
     privacy: PrivacySettings = PrivacySettings()
-    federation: FederationConfig = FederationConfig()
+    federation: MessagingLimits = MessagingLimits()
 
     @property
     def k_auto(self) -> bool:
@@ -483,13 +380,13 @@ class ExperimentConfig:
         return self.is_private and bool(fed) and releases
 
     def to_flat(self) -> dict[str, Any]:
-        """Return the flat, dotted-key mapping that :func:`parse_config` reads (a copy)."""
+        """Return the flat, dotted-key mapping that :func:`parse_protocol` reads (a copy)."""
         return dict(self._flat)
 
     @cached_property
     def _flat(self) -> dict[str, Any]:
         """The flat mapping, built once per (frozen) config: never handed out itself."""
-        return _flatten_dataclass(self)
+        return flatten(self)
 
     def public_transform(self, server_x: np.ndarray) -> PublicTransform:
         """The run's pre-processing of the points, from the server's data (m, d).
@@ -502,7 +399,6 @@ class ExperimentConfig:
                                    scale=self.data.scale)
 
 
-_SECTIONS = {"data": DataConfig, "privacy": PrivacySettings, "federation": FederationConfig}
 _PRIVACY = fields(PrivacySettings)
 #: Privacy settings that accept ``auto`` (resolved before any client is asked anything).
 #: (``count_noise``'s ``auto`` is fixed by the level, not estimated: ``count_mechanism``.)
@@ -540,13 +436,21 @@ def nested_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(obj: Any, prefix: str = "", skip: Collection[str] = ()) -> dict[str, Any]:
+    """A config dataclass's fields as flat dotted keys, in declaration order.
+
+    A field holding a section (a dataclass) gives its fields under ``<field>.``; a tuple
+    of weights is written comma-separated; ``k = auto`` as ``"auto"``. ``skip``: fields
+    left out (the experiment config's embedded protocol config, flattened by itself).
+    """
     out: dict[str, Any] = {}
     for f in fields(obj):
+        if f.name in skip:
+            continue
         value = getattr(obj, f.name)
         key_ = prefix + f.name.replace("_", "-")
-        if f.name in _SECTIONS:
-            out.update(_flatten_dataclass(value, key_ + "."))
+        if is_dataclass(value):
+            out.update(flatten(value, key_ + "."))
         elif isinstance(value, tuple):
             out[key_] = ",".join(repr(float(v)) for v in value)
         elif key_ == "k" and value == AUTO_K:
@@ -557,26 +461,17 @@ def _flatten_dataclass(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _defaults() -> ExperimentConfig:
-    """The default config, built once (its flat mapping is built once with it)."""
-    return ExperimentConfig()
+def default_protocol() -> ProtocolConfig:
+    """The default protocol config, built once (its flat mapping is built once with it)."""
+    return ProtocolConfig()
 
 
-def default_flat() -> dict[str, Any]:
-    """The flat defaults (a copy), every key in declaration order."""
-    return _defaults().to_flat()
+_defaults = default_protocol
 
 
-def config_keys() -> list[str]:
-    """All valid flat keys, in declaration order."""
+def protocol_keys() -> list[str]:
+    """The protocol's flat keys, in declaration order."""
     return list(_defaults()._flat)
-
-
-def hand_defaults() -> dict[str, Any]:
-    """The flat defaults with the paper's hand settings (``tuning=none``): Hydra's base."""
-    return {**default_flat(),
-            **{k: ",".join(repr(float(w)) for w in v) if isinstance(v, tuple) else v
-               for k, v in HAND_FLAT.items()}}
 
 
 def _coerce(key_: str, raw: Any, default: Any) -> Any:
@@ -626,24 +521,52 @@ def _coerce_k(raw: Any) -> int:
     return value
 
 
-def _field_of(key_: str) -> tuple[str, str]:
+def field_of(key_: str) -> tuple[str, str]:
     """A flat key's section and attribute: ``privacy.clip-sums`` -> ``("privacy", "clip_sums")``."""
     section, _, name = key_.rpartition(".")
     return section, name.replace("-", "_")
 
 
-def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
-    """Build and validate an :class:`ExperimentConfig` from a flat dotted mapping.
+def build_config(defaults: Any, flat: Mapping[str, Any]) -> Any:
+    """A config of ``defaults``' type with ``flat``'s keys (typed, not yet validated).
+
+    Each key is coerced to the type of its default (``k`` accepts ``auto``); a key's
+    section (``privacy`` of ``privacy.epsilon``) is the attribute holding it, and a
+    section no key names keeps its default.
+
+    Raises
+    ------
+    ConfigError
+        A value not of its key's type.
+    """
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for key_, raw in flat.items():
+        section, attr = field_of(key_)
+        if section:
+            default = getattr(getattr(defaults, section), attr)
+            sections.setdefault(section, {})[attr] = _coerce(key_, raw, default)
+        elif key_ == "k":
+            top[attr] = _coerce_k(raw)
+        else:
+            top[attr] = _coerce(key_, raw, getattr(defaults, attr))
+    return type(defaults)(**top, **{name: type(getattr(defaults, name))(**values)
+                                    for name, values in sections.items()})
+
+
+def parse_protocol(flat: Mapping[str, Any]) -> ProtocolConfig:
+    """Build and validate a :class:`ProtocolConfig` from a flat dotted mapping.
 
     Parameters
     ----------
     flat : mapping of str to scalar
-        Dotted keys (``privacy.epsilon``); missing keys take the defaults. Flower's own
-        keys outside this schema are rejected, so a typo never passes silently.
+        Dotted keys (``privacy.epsilon``); missing keys take the defaults. A key outside
+        the protocol (the harness's ``data.name``, ``attack``, ``output-dir``, a typo) is
+        refused, naming the keys the protocol reads.
 
     Returns
     -------
-    ExperimentConfig
+    ProtocolConfig
 
     Raises
     ------
@@ -654,83 +577,31 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     unknown = sorted(set(flat) - set(defaults))
     if unknown:
         raise ConfigError(
-            f"unknown config key(s) {unknown}; valid keys are: {', '.join(defaults)}"
-        )
-    top: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
-    default_obj = _defaults()
-    for key_, raw in flat.items():
-        section, attr = _field_of(key_)
-        if section:
-            default = getattr(getattr(default_obj, section), attr)
-            sections[section][attr] = _coerce(key_, raw, default)
-        elif key_ == "k":
-            top[attr] = _coerce_k(raw)
-        else:
-            top[attr] = _coerce(key_, raw, getattr(default_obj, attr))
-    config = ExperimentConfig(
-        **top, **{name: cls(**sections[name]) for name, cls in _SECTIONS.items()})
-    validate(config)
+            f"unknown config key(s) {unknown}; valid keys are: {', '.join(defaults)}")
+    config = build_config(_defaults(), flat)
+    validate_protocol(config)
     return config
 
 
-#: Run configs this process parsed or handed to Flower (their items -> the config),
-#: least recently used first: the ServerApp and the ClientApps of an in-process run read
-#: the config the experiment parsed, not a new parse of it.
-_RUN_CONFIGS: OrderedDict[tuple, ExperimentConfig] = OrderedDict()
-#: Distinct run configs kept; a run has one.
-KEPT_RUN_CONFIGS = 8
+def check_top_keys(config: ProtocolConfig) -> None:
+    """Check the rules of the top-level keys (``algorithm``, ``seed``, ``k`` ...)."""
+    check_keys(config, config)
 
 
-def _items(run_config: Mapping[str, Any]) -> tuple | None:
-    """``run_config`` as a hashable key, or None when a value is not hashable."""
-    items = tuple(sorted(run_config.items()))
-    try:
-        hash(items)
-    except TypeError:
-        return None
-    return items
+def check_section_keys(config: ProtocolConfig) -> None:
+    """Check the rules of ``data.center``/``data.scale``, ``privacy.*``, ``federation.*``."""
+    check_keys(config, config.data, "data.")
+    check_keys(config, config.privacy, "privacy.")
+    check_keys(config, config.federation, "federation.")
 
 
-def _keep(items: tuple | None, config: ExperimentConfig) -> ExperimentConfig:
-    if items is not None:
-        _RUN_CONFIGS[items] = config
-        _RUN_CONFIGS.move_to_end(items)
-        while len(_RUN_CONFIGS) > KEPT_RUN_CONFIGS:
-            _RUN_CONFIGS.popitem(last=False)
-    return config
+def validate_protocol(config: ProtocolConfig) -> None:
+    """Check every key's rules in declaration order; raise :class:`ConfigError` on the first."""
+    check_top_keys(config)
+    check_section_keys(config)
 
 
-def to_run_config(config: ExperimentConfig) -> dict[str, Any]:
-    """The flat run config Flower carries to the ServerApp and the ClientApps.
-
-    One half of the pair at Flower's run-config boundary; :func:`from_run_config` of
-    the returned mapping in this process is ``config`` itself, not parsed again.
-    """
-    flat = config.to_flat()
-    _keep(_items(flat), config)
-    return flat
-
-
-def from_run_config(run_config: Mapping[str, Any]) -> ExperimentConfig:
-    """The validated config of a Flower run config: :func:`parse_config`, once per process.
-
-    The other half of the pair: a run config this process parsed, or built with
-    :func:`to_run_config`, gives the same frozen config object back.
-
-    Raises
-    ------
-    ConfigError
-        As :func:`parse_config`.
-    """
-    items = _items(run_config)
-    if items is not None and items in _RUN_CONFIGS:
-        _RUN_CONFIGS.move_to_end(items)
-        return _RUN_CONFIGS[items]
-    return _keep(items, parse_config(run_config))
-
-
-def check_server_points(config: ExperimentConfig, server_points: int, how: str = "") -> None:
+def check_server_points(config: ProtocolConfig, server_points: int, how: str = "") -> None:
     """Raise unless the server has enough points for FedDP-Init's step 2.
 
     Step 2 clusters the server's points into k (or k-max) plus the numeric
@@ -745,46 +616,6 @@ def check_server_points(config: ExperimentConfig, server_points: int, how: str =
             and value + extra > server_points:
         raise ConfigError(f"config key 'privacy.extra-centers' must be at most the number of "
                           f"server points minus {key_} ({server_points - value}), got {extra!r}")
-
-
-#: ``data.*`` keys every run reads, whatever its data set (the public transform).
-EVERY_RUN_DATA_KEYS = ("data.name", "data.center", "data.scale")
-
-
-def _check_data_keys_read(config: ExperimentConfig) -> None:
-    """Refuse a ``data.*`` key set away from its default that the data set never reads.
-
-    It would do nothing (``data.dim`` of a file run): one line naming it and the keys
-    that data set reads (:meth:`fedkmeans.data.catalog.Dataset.reads`).
-    """
-    flat = config._flat
-    read = _spec(config).reads(flat)
-    if read is None:
-        return
-    defaults = _defaults()._flat
-    for key_ in flat:
-        if key_.startswith("data.") and key_ not in read and key_ not in EVERY_RUN_DATA_KEYS \
-                and flat[key_] != defaults[key_]:
-            raise ConfigError(
-                f"config key '{key_}' does nothing with data.name={config.data.name!r}, got "
-                f"{flat[key_]!r}: remove it (that data set reads "
-                f"{', '.join(read) or 'no data.* key but data.center and data.scale'})")
-
-
-def validate(config: ExperimentConfig) -> None:
-    """Check every key's rules in declaration order; raise :class:`ConfigError` on the first.
-
-    The top-level keys, then ``data.*``, then the server points the chosen data set
-    declares (``k`` must fit), then ``privacy.*`` and ``federation.*``.
-    """
-    check_keys(config, config)
-    check_keys(config, config.data, "data.")
-    _check_data_keys_read(config)
-    known = _spec(config).server_points(config)
-    if known is not None:
-        check_server_points(config, *known)
-    check_keys(config, config.privacy, "privacy.")
-    check_keys(config, config.federation, "federation.")
 
 
 @dataclass(frozen=True)
@@ -802,61 +633,56 @@ class IdleRule:
     """
 
     keys: tuple[str, ...]
-    idle: Callable[[ExperimentConfig], bool]
+    idle: Callable[[Any], bool]
     counts_with: str
 
 
-def _non_private(c: ExperimentConfig) -> bool:
+def _non_private(c: ProtocolConfig) -> bool:
     """No noise and no clipping: epsilon = inf, or a non-private algorithm."""
     return not c.is_private
 
 
-def _releases_nothing(c: ExperimentConfig) -> bool:
+def _releases_nothing(c: ProtocolConfig) -> bool:
     """A private server baseline with no Lloyds step: the clients are asked nothing."""
     return c.is_private and _without_feddp_init(c) and c.privacy.lloyds_steps == 0
 
 
-def _without_check(c: ExperimentConfig) -> bool:
+def _without_check(c: ProtocolConfig) -> bool:
     return not ALGORITHMS[c.algorithm].final_choice or c.k_auto or c.privacy.check_share == 0 \
         or not c.is_private
 
 
-def _without_feddp_init(c: ExperimentConfig) -> bool:
+def _without_feddp_init(c: ProtocolConfig) -> bool:
     """No FedDP-Init: its steps read ``split`` (their weights) and ``min-server-weight``."""
     return not ALGORITHMS[c.algorithm].tunable_split
 
 
-def _not_ray(c: ExperimentConfig) -> bool:
-    """The engine starts no Ray simulation (the default one without reading the registry)."""
-    engine = c.federation.engine
-    return engine == FederationConfig.engine or not ENGINES[engine].separate_processes
-
-
-_PRIVATE = ("a private run (a finite privacy.epsilon and a private algorithm: a run "
-            "without noise clips nothing and accounts nothing)")
+#: The settings that read the noise keys, in words.
+PRIVATE_RUN = ("a private run (a finite privacy.epsilon and a private algorithm: a run "
+               "without noise clips nothing and accounts nothing)")
 #: Keys of the noise, the clipping and the accounting, read only by a private run. A
 #: non-private run (epsilon = inf, or algorithm kfed or lloyds-nonprivate) adds no noise,
 #: clips nothing (the nodes and the server clip only when private), samples every client
-#: and does not centre on Q (:meth:`ExperimentConfig.public_transform`).
+#: and does not centre on Q (:meth:`ProtocolConfig.public_transform`).
 NOISE_KEYS = ("privacy.delta", "privacy.data-radius", "privacy.count-noise",
               "privacy.sampling-rate", "privacy.max-points-per-client",
               "privacy.check-share", "privacy.reproducible-noise",
               "privacy.public-num-clients", "data.center")
+#: The rule of ``privacy.level``: read by a private run only (the harness adds: or by an
+#: attack, :data:`fedkmeans.experiment.config.IDLE_RULES`).
+LEVEL_RULE = IdleRule(("privacy.level",), _non_private, PRIVATE_RUN)
 
-#: Keys that a run of some settings never reads (besides the ``data.*`` keys a data set
-#: does not read, :func:`_check_data_keys_read`, and the keys whose own rules refuse a
-#: value away from their default, e.g. ``k-max`` with a fixed k).
+#: Keys of the protocol that a run of some settings never reads (besides the keys whose
+#: own rules refuse a value away from their default, e.g. ``k-max`` with a fixed k).
 IDLE_RULES = (
     IdleRule(("privacy.epsilon",), lambda c: not ALGORITHMS[c.algorithm].private,
              "a private algorithm (not kfed or lloyds-nonprivate, whose runs add no noise)"),
-    IdleRule(NOISE_KEYS, _non_private, _PRIVATE),
+    IdleRule(NOISE_KEYS, _non_private, PRIVATE_RUN),
     IdleRule(("privacy.epsilon", "privacy.delta"), _releases_nothing,
              "a release: FedDP-Init (algorithm 'feddp-kmeans') or privacy.lloyds-steps >= 1 "
              "or 'auto' (k-means on the server's data with no Lloyds step asks the clients "
              "nothing)"),
-    IdleRule(("privacy.level",), lambda c: _non_private(c) and c.attack == "none",
-             "a private run, or an attack (whose differencing removes one unit of this "
-             "level)"),
+    LEVEL_RULE,
     IdleRule(tuple("privacy." + name.replace("_", "-") for name in CLIENT_BOUNDS),
              lambda c: c.privacy.level != "client" or not c.is_private,
              "privacy.level = 'client' on a private run (the per-client bounds; at "
@@ -880,104 +706,90 @@ IDLE_RULES = (
              "setting it estimates left 'auto' (privacy.data-radius, "
              "privacy.max-points-per-client, privacy.split, privacy.lloyds-steps, the "
              "client-level bounds)"),
-    IdleRule(("federation.num-cpus", "federation.client-cpus"), _not_ray,
-             "federation.engine = 'flower' (python -m fedkmeans.experiment sizes its Ray "
-             "simulation from them; under flwr run the federation's options in "
-             "pyproject.toml do)"),
 )
 
 
-def idle_keys(config: ExperimentConfig, among: Collection[str] | None = None) -> dict[str, str]:
+def idle_keys(config: Any, among: Collection[str] | None = None,
+              rules: Collection[IdleRule] = IDLE_RULES) -> dict[str, str]:
     """Flat key -> the settings that would read it, for every key ``config`` never reads.
 
     ``among``: only the rules of these keys are evaluated (a rule may itself ask which
-    ``auto`` keys are read, :attr:`ExperimentConfig.auto_keys`, which asks this).
+    ``auto`` keys are read, :attr:`ProtocolConfig.auto_keys`, which asks this).
+    ``rules``: the protocol's (:data:`IDLE_RULES`), or the harness's, which add its keys.
     """
-    return {key_: rule.counts_with for rule in IDLE_RULES
+    return {key_: rule.counts_with for rule in rules
             if (among is None or set(rule.keys) & set(among)) and rule.idle(config)
             for key_ in rule.keys if among is None or key_ in among}
 
 
-def _idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
+def idle_key_error(key_: str, value: Any, counts_with: str) -> ConfigError:
+    """The error of a key set that the run never reads."""
     return ConfigError(f"config key '{key_}' does nothing in this run, got {value!r}: it is "
                        f"read only with {counts_with}; remove it")
 
 
-def check_no_idle_keys(config: ExperimentConfig, exempt: Collection[str] = ()) -> None:
-    """Refuse a key set away from its default that the run never reads (:data:`IDLE_RULES`).
+def check_no_idle_keys(config: Any, exempt: Collection[str] = (), *,
+                       rules: Collection[IdleRule] = IDLE_RULES,
+                       defaults: Mapping[str, Any] | None = None) -> None:
+    """Refuse a key set away from its default that the run never reads (``rules``).
 
     Where the settings arrive whole (``flwr run``'s run config, which mirrors the
     defaults in ``pyproject.toml``; a strategy's keywords), a value away from its default
-    is one the user set. The Hydra CLI knows which keys the user typed:
-    :func:`settle_idle_keys`. ``exempt``: keys a caller sets from a parameter that is
-    read in other respects (a strategy's ``preprocessing`` sets ``data.center``).
+    is one the user set. The Hydra CLI knows which keys the user typed
+    (:func:`fedkmeans.experiment.config.settle_idle_keys`). ``exempt``: keys a caller sets
+    from a parameter that is read in other respects (a strategy's ``preprocessing`` sets
+    ``data.center``). ``defaults``: the flat defaults of ``config``'s kind (the
+    protocol's by default).
 
     Raises
     ------
     ConfigError
         Naming the first such key, its value and the settings that would read it.
     """
-    flat, defaults = config.to_flat(), _defaults().to_flat()
-    for key_, counts_with in idle_keys(config).items():
+    flat = config.to_flat()
+    defaults = _defaults()._flat if defaults is None else defaults
+    for key_, counts_with in idle_keys(config, rules=rules).items():
         if flat[key_] != defaults[key_] and key_ not in exempt:
-            raise _idle_key_error(key_, flat[key_], counts_with)
+            raise idle_key_error(key_, flat[key_], counts_with)
 
 
-def settle_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> ExperimentConfig:
-    """The config of a composed Hydra run: idle keys refused if typed, else reset.
+def reset_keys(obj: Any, defaults: Any, keys: Collection[str]) -> Any:
+    """``obj`` (a config dataclass) with ``keys`` (flat names) at ``defaults``' values.
 
-    A preset sets keys for settings the run may not have (``dataset=nycflights`` sets
-    the client-level bounds; ``privacy=datapoint`` does not read them): those go back to
-    their defaults, which changes nothing the run does. A key the user typed
-    (``typed``: the flat keys of the command line's overrides, a sweep's included) and
-    the run never reads is refused, whatever its value (a job of a multirun passes no
-    ``typed``: there the key counts in other jobs, :func:`typed_idle_keys` says which).
-
-    Raises
-    ------
-    ConfigError
-        Naming the first typed key the run never reads and the settings that would.
+    The defaults are typed values, so nothing is parsed; the result is not validated.
     """
-    idle = idle_keys(config)
-    flat, defaults = config.to_flat(), _defaults().to_flat()
-    unread = typed_idle_keys(config, typed)
-    if unread:
-        key_, counts_with = next(iter(unread.items()))
-        raise _idle_key_error(key_, flat[key_], counts_with)
-    reset = [key_ for key_ in idle if flat[key_] != defaults[key_]]
-    return _keep_flat(_with_defaults(config, reset)) if reset else config
-
-
-def typed_idle_keys(config: ExperimentConfig, typed: Collection[str]) -> dict[str, str]:
-    """The keys of ``typed`` that ``config`` never reads -> the settings that would read them.
-
-    In the order of the flat config (:func:`config_keys`).
-    """
-    idle = idle_keys(config)
-    return {key_: idle[key_] for key_ in config._flat if key_ in idle and key_ in typed}
-
-
-def _with_defaults(config: ExperimentConfig, keys: Collection[str]) -> ExperimentConfig:
-    """``config`` with ``keys`` (flat names) at their defaults, validated again.
-
-    The defaults are typed values, so nothing is parsed: the run's config stays the one
-    parse of its process (:func:`from_run_config`).
-    """
-    default_obj = _defaults()
     top: dict[str, Any] = {}
     sections: dict[str, dict[str, Any]] = {}
     for key_ in keys:
-        section, attr = _field_of(key_)
+        section, attr = field_of(key_)
         if section:
-            sections.setdefault(section, {})[attr] = getattr(getattr(default_obj, section), attr)
+            sections.setdefault(section, {})[attr] = getattr(getattr(defaults, section), attr)
         else:
-            top[attr] = getattr(default_obj, attr)
-    settled = replace(config, **top, **{name: replace(getattr(config, name), **values)
-                                        for name, values in sections.items()})
-    validate(settled)
+            top[attr] = getattr(defaults, attr)
+    return replace(obj, **top, **{name: replace(getattr(obj, name), **values)
+                                  for name, values in sections.items()})
+
+
+def reset_idle_keys(config: ProtocolConfig) -> ProtocolConfig:
+    """``config`` with every key it never reads (:data:`IDLE_RULES`) at its default, validated.
+
+    Changes nothing the run does (a strategy's ``preprocessing="center"`` on a
+    non-private run: ``data.center`` is not read there).
+    """
+    flat, defaults = config.to_flat(), _defaults()._flat
+    reset = [key_ for key_ in idle_keys(config) if flat[key_] != defaults[key_]]
+    if not reset:
+        return config
+    settled = reset_keys(config, _defaults(), reset)
+    validate_protocol(settled)
     return settled
 
 
-def _keep_flat(config: ExperimentConfig) -> ExperimentConfig:
-    """Keep ``config`` as the parse of its own flat form (:func:`from_run_config`)."""
-    return _keep(_items(config.to_flat()), config)
+def hashable_items(mapping: Mapping[str, Any]) -> tuple | None:
+    """``mapping``'s sorted items as a hashable key, or None when a value is not hashable."""
+    items = tuple(sorted(mapping.items()))
+    try:
+        hash(items)
+    except TypeError:
+        return None
+    return items

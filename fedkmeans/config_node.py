@@ -13,7 +13,13 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from fedkmeans.config import CLIENT_SETTINGS, ExperimentConfig, PrivacySettings, _coerce, _items
+from fedkmeans.config import (
+    CLIENT_SETTINGS,
+    PrivacySettings,
+    ProtocolConfig,
+    _coerce,
+    hashable_items,
+)
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.schema import ConfigError, check_keys
 
@@ -28,7 +34,7 @@ CACHED_CONFIGS = 32
 NODE_TOP_KEYS = ("algorithm", "seed")
 
 
-def node_settings(config: ExperimentConfig) -> dict[str, Any]:
+def node_settings(config: ProtocolConfig) -> dict[str, Any]:
     """The settings a node computes with, as flat keys: sent with every request.
 
     ``algorithm``, every ``privacy.*`` key (the level, epsilon, the clip bounds and
@@ -42,13 +48,13 @@ def node_settings(config: ExperimentConfig) -> dict[str, Any]:
     return {k: flat[k] for k in [*top, *(k for k in flat if k.startswith("privacy."))]}
 
 
-def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
+def _node_config(settings: Mapping[str, Any]) -> ProtocolConfig:
     """The config a mounted node computes with: a request's :func:`node_settings` (uncached).
 
     Only ``algorithm``, ``seed`` and ``privacy.*`` are read (a node has no data,
     federation or output settings of the server's); the others keep their defaults and
     are not checked. ``privacy.*`` keys are checked as
-    :func:`fedkmeans.config.validate` checks them.
+    :func:`fedkmeans.config.validate_protocol` checks them.
 
     Raises
     ------
@@ -59,13 +65,13 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
     if "privacy.level" not in settings or "algorithm" not in settings:
         raise ConfigError("config key 'privacy.level' must be sent by the server with every "
                           "request (fedkmeans' strategies and run_protocol do), got none")
-    default = ExperimentConfig()
+    default = ProtocolConfig()
     privacy = {}
     for key_, raw in settings.items():
         if key_.startswith("privacy.") and key_ in default.to_flat():
             attr = key_[8:].replace("-", "_")
             privacy[attr] = _coerce(key_, raw, getattr(default.privacy, attr))
-    config = ExperimentConfig(
+    config = ProtocolConfig(
         algorithm=str(settings["algorithm"]),
         seed=_coerce("seed", settings.get("seed", default.seed), default.seed),
         privacy=PrivacySettings(**privacy))
@@ -77,7 +83,7 @@ def _node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
 
 
 @lru_cache(maxsize=CACHED_CONFIGS)
-def _with_items(config: ExperimentConfig, items: tuple) -> ExperimentConfig:
+def _with_items(config: ProtocolConfig, items: tuple) -> ProtocolConfig:
     values = {CLIENT_SETTINGS[key]: _coerce(key, raw, getattr(config.privacy, CLIENT_SETTINGS[key]))
               for key, raw in items}
     if all(getattr(config.privacy, name) == value for name, value in values.items()):
@@ -87,14 +93,14 @@ def _with_items(config: ExperimentConfig, items: tuple) -> ExperimentConfig:
     return resolved
 
 
-def with_client_settings(config: ExperimentConfig, settings: Mapping[str, Any] | None,
-                         ) -> ExperimentConfig:
+def with_client_settings(config: ProtocolConfig, settings: Mapping[str, Any] | None,
+                         ) -> ProtocolConfig:
     """``config`` with a request's resolved clip bounds (``CLIENT_SETTINGS``), checked.
 
     The server resolves the ``auto`` bounds a node clips with and sends them with every
     request; a node's config is its run config's with them replaced (once per distinct
     settings), and the ``privacy.*`` rules checked again on the result, as
-    :func:`fedkmeans.config.validate` checks them. Other keys of ``settings`` are not
+    :func:`fedkmeans.config.validate_protocol` checks them. Other keys of ``settings`` are not
     read here.
 
     Raises
@@ -107,16 +113,16 @@ def with_client_settings(config: ExperimentConfig, settings: Mapping[str, Any] |
 
 
 @lru_cache(maxsize=CACHED_CONFIGS)
-def _cached_node_config(key: tuple) -> ExperimentConfig:
+def _cached_node_config(key: tuple) -> ProtocolConfig:
     return _node_config(dict(key))
 
 
-def node_config(settings: Mapping[str, Any]) -> ExperimentConfig:
+def node_config(settings: Mapping[str, Any]) -> ProtocolConfig:
     """The config a mounted node computes with, parsed once per distinct ``settings``.
 
     The config is frozen, so the cached object is shared safely. See
     :func:`_node_config` for the keys read and the errors raised.
     """
-    key = _items(settings)
+    key = hashable_items(settings)
     return _node_config(settings) if key is None else _cached_node_config(key)
 

@@ -15,8 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.config import ExperimentConfig
-from fedkmeans.data.catalog import dataset
+from fedkmeans.data.catalog import RunConfig, dataset
 
 __all__ = ["config_digest", "data_changes", "data_digest", "data_fingerprint",
            "describe_data", "file_sha256"]
@@ -24,7 +23,7 @@ __all__ = ["config_digest", "data_changes", "data_digest", "data_fingerprint",
 _CHUNK = 1 << 20
 
 
-def config_digest(config: ExperimentConfig) -> str:
+def config_digest(config: RunConfig) -> str:
     """Hash of every setting that changes what the protocol releases."""
     flat = config.to_flat()
     for key in ("output-dir", "optimal-cost", "federation.engine", "federation.round-timeout",
@@ -52,12 +51,14 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def data_fingerprint(config: ExperimentConfig) -> dict[str, Any]:
+def data_fingerprint(config: RunConfig) -> dict[str, Any]:
     """What identifies the data of ``config`` as far as the server can see it.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : RunConfig
+        The run's whole config (the harness's experiment config): its flat keys and
+        its data settings.
 
     Returns
     -------

@@ -1,6 +1,6 @@
 """Flower ServerApp: read the run config, run the experiment, write ``result.json``.
 
-Thin by design: validation is :func:`fedkmeans.config.from_run_config` (before any
+Thin by design: validation is :func:`fedkmeans.experiment.config.from_run_config` (before any
 message is sent) and the protocol is :func:`fedkmeans.experiment.runner.run_server`. This module
 is where a run is composed: it builds the observers of the configured attack (the
 curious server with ``attack = curious``, :data:`fedkmeans.plugins.ATTACKS`) and hands
@@ -14,8 +14,8 @@ from contextlib import nullcontext
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedkmeans.config import ExperimentConfig, check_no_idle_keys, from_run_config
 from fedkmeans.console import log_through_flower
+from fedkmeans.experiment.config import ExperimentConfig, check_no_idle_keys, from_run_config
 from fedkmeans.experiment.flower_logging import one_line_failure
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import hand_back

@@ -1,7 +1,7 @@
 """One protocol run, wired in one place: the library's entry point below every front end.
 
 :func:`run_protocol` takes a Flower :class:`~flwr.serverapp.Grid`, a validated
-:class:`~fedkmeans.config.ExperimentConfig` and the server's data Q, and runs what a
+:class:`~fedkmeans.config.ProtocolConfig` and the server's data Q, and runs what a
 private run is: registration, the public transform from Q, the estimate round and the
 resolution of the ``auto`` settings (:func:`~fedkmeans.tuning.plan.plan_run`), the
 calibrated plan, the algorithm (FedDP-Init, FedDP-Lloyds, the final private choice) and
@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from flwr.serverapp import Grid
@@ -31,7 +32,7 @@ from flwr.serverapp import Grid
 from fedkmeans.algorithms import algorithm
 from fedkmeans.artefacts import json_number
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig, check_server_points
+from fedkmeans.config import ProtocolConfig, check_server_points
 from fedkmeans.config_node import node_settings
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.privacy.accountant import Release
@@ -61,9 +62,9 @@ class RunOutcome:
     ----------
     centers : ndarray of shape (k, d)
         The returned centers, in the data's own space (the public transform inverted).
-    declared : ExperimentConfig
+    declared : ProtocolConfig
         The config as given (``auto`` kept).
-    config : ExperimentConfig
+    config : ProtocolConfig
         The resolved config the rounds ran with.
     context : ServerContext
         The run's server context (ledger, check, spare centers, estimates, timings).
@@ -74,16 +75,24 @@ class RunOutcome:
         The tuning record (``auto`` settings and how they were chosen).
     timings : dict of str to float
         Seconds for registration, tuning and each round.
+    published_config : dict, optional
+        The flat config ``release.json`` carries as declared (public): the caller's
+        whole config (the harness's experiment config); None: ``declared``'s own.
+    server_rows_drawn : bool
+        The server's data are rows drawn from the clients' data with the run's seed
+        (the harness's ``data.server-fraction``): the guarantee says which data it covers.
     """
 
     centers: np.ndarray
-    declared: ExperimentConfig
-    config: ExperimentConfig
+    declared: ProtocolConfig
+    config: ProtocolConfig
     context: ServerContext
     pool: ClientPool
     transform: PublicTransform
     tuning: dict | None
     timings: dict[str, float] = field(default_factory=dict)
+    published_config: dict | None = None
+    server_rows_drawn: bool = False
 
     @property
     def spent_epsilon(self) -> float:
@@ -111,7 +120,8 @@ class RunOutcome:
             "aggregation": config.privacy.aggregation,
             "accountant": "dp-accounting PLD, " + neighbouring(config),
             "noise": _noise_source(ctx),
-            "guarantee": guarantee(config, spent, secret_noise=randomness.is_secure),
+            "guarantee": guarantee(config, spent, secret_noise=randomness.is_secure,
+                                   server_rows_drawn=self.server_rows_drawn),
         }
         if self.pool.secagg is not None:
             record["secagg"] = {
@@ -139,7 +149,8 @@ class RunOutcome:
             "k": sections.pop("k"),
             "centers": self.centers.tolist(),
             "privacy": self.privacy_record(),
-            "config": self.declared.to_flat(),
+            "config": (self.declared.to_flat() if self.published_config is None
+                       else dict(self.published_config)),
             **sections,
         }
 
@@ -177,15 +188,16 @@ class RunOutcome:
 
 
 def run_protocol(
-    grid: Grid, config: ExperimentConfig, server_x: np.ndarray, *,
+    grid: Grid, config: ProtocolConfig, server_x: np.ndarray, *,
     checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
+    published_config: Mapping[str, Any] | None = None, server_rows_drawn: bool = False,
 ) -> RunOutcome:
     """Run ``config``'s algorithm against the nodes behind ``grid``.
 
     Parameters
     ----------
     grid : flwr.serverapp.Grid
-    config : ExperimentConfig
+    config : ProtocolConfig
         Already validated (``auto`` settings are resolved here, after the estimate round).
     server_x : ndarray of shape (m, d)
         The server's data Q, in the data's own space (public).
@@ -195,6 +207,12 @@ def run_protocol(
     observers : sequence of RunObserver
         Given the pool's and the server context's hooks, and ``on_start(config)`` with
         the resolved settings before the first private round.
+    published_config : mapping, optional
+        The flat config ``release.json`` carries as declared (a public value: the
+        harness's whole experiment config); None: ``config``'s own flat keys.
+    server_rows_drawn : bool
+        The server's data are rows drawn from the clients' data with the run's seed
+        (the harness's ``data.server-fraction > 0``); the guarantee's wording says so.
 
     Returns
     -------
@@ -249,15 +267,17 @@ def run_protocol(
     centers = transform.invert(algorithm(config.algorithm).run(ctx))  # the data's space
     timings.update(ctx.timings)
     return RunOutcome(centers=centers, declared=declared, config=config, context=ctx,
-                      pool=ctx.pool, transform=transform, tuning=tuning, timings=timings)
+                      pool=ctx.pool, transform=transform, tuning=tuning, timings=timings,
+                      published_config=None if published_config is None
+                      else dict(published_config), server_rows_drawn=server_rows_drawn)
 
 
-def _expected_rounds(config: ExperimentConfig, subspace: bool = True) -> int:
+def _expected_rounds(config: ProtocolConfig, subspace: bool = True) -> int:
     """Protocol rounds the algorithm will run (for the progress lines)."""
     return len(algorithm(config.algorithm).rounds(config.privacy, full_rank=not subspace))
 
 
-def _check_fraction(config: ExperimentConfig, *, subspace: bool) -> float:
+def _check_fraction(config: ProtocolConfig, *, subspace: bool) -> float:
     """The check's share of the calibrated plan's budget weight (0.1 with ``auto``).
 
     The releases after the estimate round share the budget in proportion to their
@@ -278,7 +298,7 @@ def _noise_source(ctx: ServerContext) -> dict:
     return out
 
 
-def _transform(config: ExperimentConfig, checkpoint: Checkpoint | None,
+def _transform(config: ProtocolConfig, checkpoint: Checkpoint | None,
                server_x: np.ndarray) -> PublicTransform:
     """The run's public transform: the one stored with the plan on a resume, else from Q."""
     stored = checkpoint.plan if checkpoint is not None else None
@@ -299,7 +319,7 @@ def _preprocessing(transform: PublicTransform) -> dict:
 
 
 def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTransform, *,
-          subspace: bool, timings: dict[str, float]) -> tuple[ExperimentConfig, dict | None,
+          subspace: bool, timings: dict[str, float]) -> tuple[ProtocolConfig, dict | None,
                                                               list[Release]]:
     """The resolved config, the tuning record and the calibrated releases of the run.
 
@@ -330,7 +350,7 @@ def _plan(ctx: ServerContext, checkpoint: Checkpoint | None, transform: PublicTr
         timings["tuning"] = time.perf_counter() - start
         return plan.config, plan.tuning, [*plan.prior, *plan.releases]
 
-    def resolve(prior: tuple[Release, ...]) -> tuple[ExperimentConfig, dict | None]:
+    def resolve(prior: tuple[Release, ...]) -> tuple[ProtocolConfig, dict | None]:
         estimating = ctx.planned(ctx.config, prior)
         for release in prior:  # the estimate round, released before anything is resolved
             ctx.record.estimates = _read_estimates(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.stages.check import STRONG_STDS
 from fedkmeans.tuning.estimates import PrivateEstimates
 
@@ -21,7 +21,7 @@ __all__ = ["centers_from", "centers_returned", "clipping_summary", "guarantee", 
            "summary_line"]
 
 
-def neighbouring(config: ExperimentConfig) -> str:
+def neighbouring(config: ProtocolConfig) -> str:
     """The neighbouring relation the accounting holds for (docs/secagg.md), in short."""
     if config.privacy.level == "datapoint":
         return "add/remove one data point"
@@ -30,7 +30,7 @@ def neighbouring(config: ExperimentConfig) -> str:
     return "add/remove one client"
 
 
-def _relation(config: ExperimentConfig) -> str:
+def _relation(config: ProtocolConfig, server_rows_drawn: bool) -> str:
     """The neighbouring relation in full: what differs, and in which data."""
     if config.privacy.level == "datapoint":
         what = "the addition or removal of one data point (one row of one client's data)"
@@ -40,37 +40,41 @@ def _relation(config: ExperimentConfig) -> str:
     else:
         what = "the addition or removal of one client with all its data"
     where = "the clients' data as the nodes hold it"
-    if config.data.server_fraction > 0:
+    if server_rows_drawn:
         where += (" after data.server-fraction's seeded split of the file (the rows drawn "
                   "for the server are public and not protected, and removing a row of "
                   "the input file can change which rows the server draws)")
     return f"{what}, in {where}"
 
 
-def guarantee(config: ExperimentConfig, spent: float, *, secret_noise: bool) -> str:
+def guarantee(config: ProtocolConfig, spent: float, *, secret_noise: bool,
+              server_rows_drawn: bool = False) -> str:
     """One sentence: what release.json is protected by, for which neighbours, against whom.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         The resolved config.
     spent : float
         The accountant's epsilon (inf: no noise).
     secret_noise : bool
         False when the noise was derived from the seed (``privacy.reproducible-noise``).
+    server_rows_drawn : bool
+        The server's data are rows drawn from the clients' data with the run's seed
+        (the harness's ``data.server-fraction > 0``).
     """
     if math.isinf(spent):
         return "none: the run released client statistics without noise"
     sentence = (
         f"({spent:.4g}, {config.privacy.delta:g})-DP for everything in release.json, "
-        f"for neighbouring federations that differ by {_relation(config)}"
+        f"for neighbouring federations that differ by {_relation(config, server_rows_drawn)}"
     )
     if not secret_noise:
         sentence += ", only against someone who does not know the seed"
     return sentence
 
 
-def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
+def centers_from(declared: ProtocolConfig, config: ProtocolConfig,
                  check: dict | None) -> str:
     """Whose centers the run returns, and why (``release.json["centers_from"]``).
 
@@ -84,7 +88,7 @@ def centers_from(declared: ExperimentConfig, config: ExperimentConfig,
 
     Parameters
     ----------
-    declared, config : ExperimentConfig
+    declared, config : ProtocolConfig
         The config as given and as resolved.
     check : dict or None
         ``result["check"]``: None when no check ran.
@@ -149,7 +153,7 @@ def centers_returned(result: dict[str, Any]) -> str:
 INFORMATIVE_BOUND = 0.5
 
 
-def clipping_summary(declared: ExperimentConfig, config: ExperimentConfig,
+def clipping_summary(declared: ProtocolConfig, config: ProtocolConfig,
                      estimates: PrivateEstimates | None) -> str:
     """The run's clipping, for its summary line: at most what share of points is beyond Δ.
 

@@ -68,7 +68,7 @@ def run_server_inprocess(flat, observers=(), app=None, num_nodes=3):
     """run_server on an InProcessGrid (real ClientApp, or ``app``), with observers."""
 
     from fedkmeans import client_app
-    from fedkmeans.config import parse_config
+    from fedkmeans.experiment.config import parse_config
     from fedkmeans.experiment.runner import run_server
     from fedkmeans.local_grid import partitioned_grid
     from fedkmeans.server_app import observers_for
@@ -121,7 +121,7 @@ def read_keys(flat):
     As ``python -m fedkmeans.experiment`` passes a config to the ServerApp, which refuses
     such a key set away from its default (``flwr run``: ``config.check_no_idle_keys``).
     """
-    from fedkmeans.config import parse_config, settle_idle_keys
+    from fedkmeans.experiment.config import parse_config, settle_idle_keys
 
     return settle_idle_keys(parse_config(flat), typed=()).to_flat()
 

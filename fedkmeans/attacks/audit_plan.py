@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 
-from fedkmeans.config import AUTO, ExperimentConfig, parse_config
+from fedkmeans.config import AUTO
+from fedkmeans.experiment.config import ExperimentConfig, parse_config
 from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.stages import stages
@@ -78,16 +79,16 @@ def run_plans(config: ExperimentConfig) -> dict[str, RunPlan]:
         resolved = parse_config({**flat, "algorithm": chosen.name, "privacy.check-share":
                                  flat["privacy.check-share"] if chosen.final_choice else 0.0})
         declared = parse_config({**resolved.to_flat(), **dict.fromkeys(_DECLARED_AUTO, AUTO)})
-        plans[chosen.name] = plan_run(declared, subspace=True,
-                                      resolve=lambda prior, r=resolved: (r, None))
+        plans[chosen.name] = plan_run(declared.protocol, subspace=True,
+                                      resolve=lambda prior, r=resolved.protocol: (r, None))
         groups |= {known.name for known, _ in chosen.rounds(resolved.privacy)}
     unlisted = [planned for known in stages() if known.releases and known.name not in groups
                 and known is not ESTIMATE
                 for planned in known.plan(config.privacy, known.group)]
     if unlisted:  # composed with the runs' estimate round (the same in every plan)
         prior = next((plan.prior for plan in plans.values() if plan.prior), ())
-        plans[UNLISTED] = RunPlan(config, None, prior,
-                                  tuple(calibrated_releases(unlisted, config, prior)))
+        plans[UNLISTED] = RunPlan(config.protocol, None, prior,
+                                  tuple(calibrated_releases(unlisted, config.protocol, prior)))
     return plans
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -53,7 +53,8 @@ from fedkmeans.attacks.curious_attacks import (
     label_inference,
     population,
 )
-from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.config import AUTO, ProtocolConfig
+from fedkmeans.experiment.config import ExperimentConfig
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.replies import Replies
 
@@ -107,7 +108,7 @@ class AttackSettings:
 class CuriousObserver(RunObserver):
     """Records the server's view of a run (observer hooks of the pool and context)."""
 
-    config: ExperimentConfig
+    config: ExperimentConfig | ProtocolConfig
     settings: AttackSettings = field(default_factory=AttackSettings)
     broadcasts: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     replies: dict[str, object] = field(default_factory=dict)
@@ -119,9 +120,15 @@ class CuriousObserver(RunObserver):
     #: Keep every message's rows (the honest server folds and drops them).
     wants_client_rows: ClassVar[bool] = True
 
-    def on_start(self, config: ExperimentConfig) -> None:
-        """Take the run's resolved settings (``auto`` replaced), before any round."""
-        self.config = config
+    def on_start(self, config: ProtocolConfig) -> None:
+        """Take the run's resolved protocol settings (``auto`` replaced), before any round.
+
+        Embedded in the experiment config the attack was built with (its data settings
+        are the ground truth's); a strategy's observer (:class:`CuriousServer`) has the
+        protocol's config alone, and no ground truth.
+        """
+        self.config = (replace(self.config, protocol=config)
+                       if isinstance(self.config, ExperimentConfig) else config)
 
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
         """Keep what the server sent in ``round_name`` and to which clients."""

@@ -28,8 +28,8 @@ from fedkmeans.attacks.label_inference import STRATEGIES, label_inference_curve
 from fedkmeans.attacks.membership import cost_scores
 from fedkmeans.attacks.reconstruction import attack_client_reply
 from fedkmeans.attacks.scoring import membership_summary
-from fedkmeans.config import ExperimentConfig
 from fedkmeans.data.catalog import dataset
+from fedkmeans.experiment.config import ExperimentConfig
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2, clip_stacked
 from fedkmeans.seeding import generator, integer_seed
@@ -215,7 +215,7 @@ def _targets(view, truth: GroundTruth, rounds: list[str]) -> list[tuple[int, int
 def _trace(
     view, truth: GroundTruth, rounds: list[str], ledger: dict, cid: int, index: int | None
 ) -> TargetTrace:
-    config = view.config
+    config = view.config.protocol  # the ground truth's: an experiment's
     points = truth.points(cid)
     unit = "client" if index is None else "datapoint"
     node_in = NodeData(config, np.array([cid]), {cid: points}, {cid: None})

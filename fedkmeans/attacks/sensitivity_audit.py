@@ -80,7 +80,8 @@ from uuid import uuid4
 import numpy as np
 
 from fedkmeans.attacks.audit_plan import planned_releases
-from fedkmeans.config import HAND_FLAT, ExperimentConfig, parse_config
+from fedkmeans.config import HAND_FLAT
+from fedkmeans.experiment.config import ExperimentConfig, parse_config
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.calibration import PlannedRelease
@@ -375,7 +376,7 @@ def run_world(
     flat = setup.flat(str(path), sampled=False)  # every client answers (see AuditSetup)
     config = parse_config(flat)
     grid = partitioned_grid(client_app.app, flat, 2)
-    pool = ClientPool(grid, config.federation)
+    pool = ClientPool(grid, config.protocol.federation)
     pool.register()
     # the run's calibration (audit_plan.planned_releases), as its ledger records it
     releases = list(plan) if plan_hook is None else plan_hook(list(plan))
@@ -383,8 +384,8 @@ def run_world(
     if secagg:
         releases = [replace(r, noise_scale=r.sensitivity * _SECAGG_NOISE) for r in releases]
     recorder = _Recorder()
-    ctx = wire_context(config, pool, setup.server_x, {r.stage: r for r in releases},
-                       observers=[recorder], settings=client_settings(config),
+    ctx = wire_context(config.protocol, pool, setup.server_x, {r.stage: r for r in releases},
+                       observers=[recorder], settings=client_settings(config.protocol),
                        progress=False, secagg=secagg, streaming=streaming)
     if secagg:  # the noise is turned down: the lattice guard of a real run would refuse
         pool.secagg.lattice_guard = False

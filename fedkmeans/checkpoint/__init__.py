@@ -55,7 +55,7 @@ from fedkmeans.checkpoint.integrity import (
     spent_clause,
     validate_format,
 )
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.data.catalog import RunConfig
 from fedkmeans.fingerprint import (
     config_digest,
     data_changes,
@@ -117,15 +117,16 @@ class Checkpoint:
     plan: dict[str, Any] | None = None
 
     @classmethod
-    def open(cls, directory: Path, config: ExperimentConfig) -> Checkpoint:
+    def open(cls, directory: Path, config: RunConfig) -> Checkpoint:
         """Load the checkpoint in ``directory`` or start an empty one.
 
         Parameters
         ----------
         directory : Path
             ``<output-dir>/checkpoint``.
-        config : ExperimentConfig
-            The run about to start.
+        config : RunConfig
+            The run about to start: its whole config (the harness's experiment config),
+            whose flat keys, data settings and ``privacy.delta`` bind the checkpoint.
 
         Returns
         -------

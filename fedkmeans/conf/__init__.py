@@ -2,7 +2,7 @@
 
 Stored in Hydra's ``ConfigStore`` when this package is imported:
 
-* ``base``: every key with its default (:func:`fedkmeans.config.hand_defaults`, the
+* ``base``: every key with its default (:func:`fedkmeans.experiment.config.hand_defaults`, the
   paper's hand settings; ``tuning=auto``, the default, sets the ``auto`` ones), the
   first entry of ``config.yaml``'s defaults list, so a key is declared once, in
   :mod:`fedkmeans.config`;
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from fedkmeans.config import hand_defaults, nested_config
+from fedkmeans.config import nested_config
 from fedkmeans.data import catalog
+from fedkmeans.experiment.config import hand_defaults
 
 #: The groups whose options are generated here (no directory of their own).
 GENERATED_GROUPS = ("dataset",)

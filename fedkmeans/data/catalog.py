@@ -35,7 +35,7 @@ __all__ = ["DATASETS", "PARTITIONERS", "DataSettings", "Dataset", "Holdout", "Ru
            "dataset", "names", "options", "parse_holdout", "register", "subscribe"]
 
 
-#: The ``data.*`` keys of a run (``fedkmeans.config.DataConfig``); the data sets read
+#: The ``data.*`` keys of a run (``fedkmeans.experiment.config.DataConfig``); the data sets read
 #: the fields they need.
 DataSettings = Any
 
@@ -43,8 +43,8 @@ DataSettings = Any
 class RunConfig(Protocol):
     """What the data layer reads of a run's configuration.
 
-    ``fedkmeans.config.ExperimentConfig`` satisfies it. It is declared here because the
-    config validates against this module (it sits above ``data/`` in the layer order),
+    ``fedkmeans.experiment.config.ExperimentConfig`` satisfies it. It is declared here: the
+    configs validate against this module (they sit above ``data/`` in the layer order),
     so ``data/`` never imports the config, not even for type hints.
     """
 
@@ -54,6 +54,8 @@ class RunConfig(Protocol):
     def to_flat(self) -> dict[str, Any]:
         """The run's flat dotted keys."""
 
+#: ``data.*`` keys every run reads, whatever its data set (the public transform).
+EVERY_RUN_DATA_KEYS = ("data.name", "data.center", "data.scale")
 #: ``data.partitioner`` of a data file (``dataset=file``): one client per value of the
 #: client column, or Flower Datasets' IID / Dirichlet partitioners (fedkmeans.data.tables).
 PARTITIONERS = ("natural-id", "iid", "dirichlet")
@@ -107,7 +109,7 @@ class Dataset:
 
     Subclasses implement :meth:`client_ids`, :meth:`client` and :meth:`server`; the
     other methods have defaults that fit most data sets. Every method takes the
-    validated :class:`~fedkmeans.config.ExperimentConfig`.
+    validated :class:`~fedkmeans.experiment.config.ExperimentConfig`.
 
     Attributes
     ----------

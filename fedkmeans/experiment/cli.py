@@ -45,16 +45,16 @@ from omegaconf import DictConfig, OmegaConf
 from fedkmeans import data as data_access
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.conf import GENERATED_GROUPS  # and the generated Hydra options
-from fedkmeans.config import (
+from fedkmeans.config import check_server_points
+from fedkmeans.data.catalog import dataset
+from fedkmeans.experiment.config import (
     ConfigError,
     ExperimentConfig,
-    check_server_points,
     from_run_config,
     settle_idle_keys,
     to_run_config,
     typed_idle_keys,
 )
-from fedkmeans.data.catalog import dataset
 from fedkmeans.experiment.engines import App, engine
 from fedkmeans.experiment.flower_logging import TRACEBACK_ENV
 from fedkmeans.experiment.rundir import check_output_dir, default_output_dir, remove_unused_run_dir
@@ -124,8 +124,8 @@ def num_nodes(config: ExperimentConfig) -> int:
     A data set whose number of clients is private gets the engine's default (one node
     hosting them all), or 100 nodes under SecAgg in-process, which sums over several.
     """
-    if config.federation.num_nodes:
-        return config.federation.num_nodes
+    if config.protocol.federation.num_nodes:
+        return config.protocol.federation.num_nodes
     declared = dataset(config.data.name).declared_clients(config)
     if declared is not None:  # generated clients: one node each, up to the cap
         return min(declared, MAX_DEFAULT_NODES)
@@ -222,8 +222,8 @@ def preflight(flat: Mapping[str, Any]) -> tuple[ExperimentConfig, tuple]:
         config = from_run_config(resolved)
     server_data = data_access.load_server(config)
     server_x = server_data[0]
-    check_server_points(config, server_x.shape[0])
-    check_declared_radius(config, config.public_transform(server_x).apply(server_x))
+    check_server_points(config.protocol, server_x.shape[0])
+    check_declared_radius(config.protocol, config.public_transform(server_x).apply(server_x))
     return config, server_data
 
 
@@ -490,7 +490,7 @@ def hydra_error_line(exc: BaseException) -> tuple[int, str]:
                    f"mean '{closest}'? (options: {', '.join(options)})")
     cause = exc.__cause__
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and cause.full_key:
-        from fedkmeans.config import config_keys
+        from fedkmeans.experiment.config import config_keys
 
         key = str(cause.full_key)
         valid = [*config_keys(), *_groups()]

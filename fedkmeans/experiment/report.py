@@ -251,7 +251,7 @@ def _within(groups: dict[tuple, Group], level: str, algorithm: str, bar: float) 
 
 def _settings(rows: list[dict]) -> list[str]:
     """Markdown lines: the keys the sweep varied, and fixed values that differ from defaults."""
-    from fedkmeans.config import ExperimentConfig
+    from fedkmeans.experiment.config import ExperimentConfig
 
     defaults = ExperimentConfig().to_flat()
     ok = [r for r in rows if r["status"] == "ok"] or rows

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedkmeans.config import ConfigError, ExperimentConfig, parse_config
+from fedkmeans.experiment.config import ConfigError, ExperimentConfig, parse_config
 from fedkmeans.fingerprint import config_digest
 
 __all__ = ["LOCK_FILE", "OutputDirError", "check_output_dir", "claim_output_dir",

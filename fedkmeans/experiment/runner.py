@@ -21,9 +21,10 @@ from flwr.serverapp import Grid
 from fedkmeans import data as data_access
 from fedkmeans.artefacts import RESULT_FILE, write_artefacts
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig
 from fedkmeans.console import announce, say
-from fedkmeans.evaluation import NOTE, federated_metrics, optimal_cost
+from fedkmeans.evaluation import NOTE, federated_metrics
+from fedkmeans.experiment.config import ExperimentConfig
+from fedkmeans.experiment.optimum import optimal_cost
 from fedkmeans.experiment.rundir import claim_output_dir, default_output_dir
 from fedkmeans.server.observer import RunObserver
 from fedkmeans.server.pool import ClientPool
@@ -82,7 +83,9 @@ def _run_claimed(
     start = time.perf_counter()
     checkpoint = Checkpoint.open(output_dir / "checkpoint", config)
     server_x, _ = server_data if server_data is not None else data_access.load_server(config)
-    outcome = run_protocol(grid, config, server_x, checkpoint=checkpoint, observers=observers)
+    outcome = run_protocol(grid, config.protocol, server_x, checkpoint=checkpoint,
+                           observers=observers, published_config=config.to_flat(),
+                           server_rows_drawn=config.data.server_fraction > 0)
     pool, centers, randomness = outcome.pool, outcome.centers, outcome.context.private_randomness
     timings = dict(outcome.timings)
 
@@ -90,7 +93,8 @@ def _run_claimed(
     evaluation = federated_metrics(pool, centers)
     timings["evaluate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    chosen = replace(outcome.config, k=outcome.context.k)  # k = auto: the k it chose
+    # k = auto: the k it chose
+    chosen = replace(config, protocol=replace(config.protocol, k=outcome.context.k))
     best = optimal_cost(chosen)
     timings["optimal_cost"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
@@ -128,7 +132,7 @@ def _run_claimed(
         f"{evaluation['num_points']} points of which "
         f"{evaluation['clipped_points']} clipped, {timings['total']:.1f} s")
     LOG.info("%s", summary_line(
-        result, clipping_summary(config, outcome.config, outcome.context.estimates), path))
+        result, clipping_summary(config.protocol, outcome.config, outcome.context.estimates), path))
     return result
 
 

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedkmeans.config import config_keys
+from fedkmeans.experiment.config import config_keys
 from fedkmeans.statements import centers_returned
 
 try:  # POSIX advisory locks; elsewhere appends are not guarded
@@ -93,7 +93,7 @@ def job_output_dir(sweep_dir: Path, flat: Mapping[str, Any]) -> Path:
     """
     import hashlib
 
-    from fedkmeans.config import ConfigError, parse_config
+    from fedkmeans.experiment.config import ConfigError, parse_config
 
     values = {k: v for k, v in flat.items() if k != "output-dir"}
     try:

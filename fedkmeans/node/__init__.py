@@ -38,8 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from fedkmeans import data as data_access
-from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.config import AUTO, ProtocolConfig
 from fedkmeans.console import NOT_PRIVATE, diagnostics_on_console
+from fedkmeans.data.catalog import RunConfig
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.node.arithmetic import StageArithmetic
 from fedkmeans.node.memory import NodeMemory
@@ -100,7 +101,7 @@ class NodeData:
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
     client_ids : ndarray of shape (n_hosted,)
     points : dict of int to ndarray of shape (n_j, d)
         Each client's points as loaded (the node maps and clips them, :meth:`load`).
@@ -110,14 +111,19 @@ class NodeData:
     originals : callable (client id) -> ndarray of shape (n_j, d), optional
         A client's points as loaded, for the rounds that read a clipped client's
         original points (the check, the evaluation); None: reloaded from the data set.
+    source : RunConfig, optional
+        The data settings the data-set registry loads the clients from
+        (:class:`fedkmeans.data.catalog.RunConfig`: the harness's experiment config,
+        handed in by its ClientApp); None: ``config`` carries them.
     """
 
-    def __init__(self, config: ExperimentConfig, client_ids: np.ndarray,
+    def __init__(self, config: ProtocolConfig, client_ids: np.ndarray,
                  points: dict[int, np.ndarray], labels: dict[int, np.ndarray | None],
                  data_path: str = "", *,
                  originals: Callable[[int], np.ndarray] | None = None,
-                 memory: NodeMemory | None = None) -> None:
+                 memory: NodeMemory | None = None, source: RunConfig | None = None) -> None:
         self.config = config
+        self.source = config if source is None else source
         self.data_path = data_path
         self.originals = originals
         self.memory = NodeMemory(client_ids, points, labels) if memory is None else memory
@@ -195,7 +201,7 @@ class NodeData:
         return self.memory.nbytes + self.reusable.nbytes
 
     @classmethod
-    def of_block(cls, config: ExperimentConfig, client_ids: np.ndarray, stacked: np.ndarray,
+    def of_block(cls, config: ProtocolConfig, client_ids: np.ndarray, stacked: np.ndarray,
                  offsets: np.ndarray) -> NodeData:
         """A node whose clients' points are consecutive row slices of ``stacked``.
 
@@ -209,8 +215,9 @@ class NodeData:
         return cls(config, memory.client_ids, memory.points, memory.labels, memory=memory)
 
     @classmethod
-    def open_spilled(cls, config: ExperimentConfig, path: str | os.PathLike,
-                     data_path: str = "", transform: PublicTransform = IDENTITY) -> NodeData:
+    def open_spilled(cls, config: ProtocolConfig, path: str | os.PathLike,
+                     data_path: str = "", transform: PublicTransform = IDENTITY, *,
+                     source: RunConfig | None = None) -> NodeData:
         """A node whose points another process spilled to ``path`` (same run, same node).
 
         ``transform``: the one the file's points were mapped by (part of its name).
@@ -219,7 +226,7 @@ class NodeData:
         meta = read_meta(path)
         memory = NodeMemory.of_shard(path, meta)
         node = cls(config, memory.client_ids, memory.points, memory.labels, data_path,
-                   memory=memory)
+                   memory=memory, source=source)
         node.clipped_clients, node.raw_norms = meta.clipped, meta.raw_norms
         node.radius, node.transform = meta.radius, transform
         node._file_radius = node.radius
@@ -327,14 +334,14 @@ class NodeData:
         """One client's points as loaded (``originals``, else reloaded from the data set)."""
         if self.originals is not None:
             return self.originals(client)
-        return data_access.load_client(self.config, client, self.data_path)[0]
+        return data_access.load_client(self.source, client, self.data_path)[0]
 
 
     @classmethod
     def load(
-        cls, config: ExperimentConfig, partition_id: int, num_partitions: int,
+        cls, config: ProtocolConfig, partition_id: int, num_partitions: int,
         data_path: str = "", *, warn: bool = True, clip: bool = True,
-        transform: PublicTransform = IDENTITY,
+        transform: PublicTransform = IDENTITY, source: RunConfig | None = None,
     ) -> NodeData:
         """Load only this node's clients (never another node's data).
 
@@ -342,14 +349,17 @@ class NodeData:
         the data radius (:func:`clip_radius`), as :meth:`clip_to` does (``clip=False``:
         left unclipped). ``warn``: log points
         clipped to the data radius as a warning (the first node of the process; the
-        others, and every node when ``warn`` is False, at DEBUG).
+        others, and every node when ``warn`` is False, at DEBUG). ``source``: the data
+        settings the clients are loaded from (the harness's experiment config; None:
+        ``config`` carries them).
         """
-        ids = data_access.node_client_ids(config, partition_id, num_partitions, data_path)
+        source = config if source is None else source
+        ids = data_access.node_client_ids(source, partition_id, num_partitions, data_path)
         points, labels, owned = {}, {}, True
-        for cid, x, y, own in _clients(config, ids, data_path):
+        for cid, x, y, own in _clients(source, ids, data_path):
             points[cid], labels[cid] = x, y
             owned = owned and own
-        node = cls(config, ids, points, labels, data_path)
+        node = cls(config, ids, points, labels, data_path, source=source)
         node.memory.owned = node.memory.owned or owned
         node.transform_to(transform)
         if clip:
@@ -515,7 +525,7 @@ class NodeData:
             self._clip_known = None
         return True
 
-    def retarget(self, config: ExperimentConfig, partition_id: int = 0, *,
+    def retarget(self, config: ProtocolConfig, partition_id: int = 0, *,
                  warn: bool = True, transform: PublicTransform = IDENTITY) -> NodeData | None:
         """This node's data under ``config`` and ``transform`` (other client settings).
 
@@ -562,14 +572,14 @@ class NodeData:
             labels = None if memory.labels_stacked is None else np.array(memory.labels_stacked)
             order, offsets = memory.order, memory.offsets
         node = NodeData(self.config, self.memory.client_ids, {}, dict(self.memory.labels),
-                        self.data_path)
+                        self.data_path, source=self.source)
         node.memory.adopt(order, offsets, stacked, labels)
         node.memory.owned = True
         node.transform = self.transform
         return node
 
 
-def clip_radius(config: ExperimentConfig) -> float | None:
+def clip_radius(config: ProtocolConfig) -> float | None:
     """The radius a node clips its points to under ``config``; None: not clipped.
 
     Not clipped: no privacy, or a radius the server has yet to resolve (``auto``, before
@@ -585,7 +595,7 @@ MAP_ROWS = 2048
 
 
 #: A spilled node's files (:meth:`NodeData.spill`); ``done`` is written last.
-def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
+def _clients(source: RunConfig, ids: np.ndarray, data_path: str):
     """Each hosted client's (id, points, labels, owned); views of one block if there is one.
 
     ``owned``: the points are this node's own array (it may clip them in place).
@@ -595,7 +605,7 @@ def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
     time), which the node then keeps as is.
     """
     block = (None if data_path or not ids.size
-             else data_access.dataset(config.data.name).block(config, ids))
+             else data_access.dataset(source.data.name).block(source, ids))
     if block is not None:
         x, y, sizes = block
         ends = np.cumsum(sizes)
@@ -603,5 +613,5 @@ def _clients(config: ExperimentConfig, ids: np.ndarray, data_path: str):
             yield cid, x[end - size:end], None if y is None else y[end - size:end], True
         return
     for cid in ids.tolist():
-        x, y = data_access.load_client(config, cid, data_path)
+        x, y = data_access.load_client(source, cid, data_path)
         yield cid, x, y, False

@@ -38,7 +38,7 @@ from fedkmeans.blas_threads import block_product_threads
 from fedkmeans.clustering import local_kmeans_centers
 from fedkmeans.clustering.client_stats import nearest_center, symmetric_from_upper
 from fedkmeans.clustering.distances import BLOCK
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.node.blocks import assign_in_blocks, one_hot_sums, whole_client_blocks
 from fedkmeans.node.memory import NodeMemory
@@ -77,7 +77,7 @@ class StageArithmetic:
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         The run's settings (privacy level and bounds, seed).
     memory : NodeMemory
         The node's points as the stages see them (mapped and clipped); only read.
@@ -87,7 +87,7 @@ class StageArithmetic:
         The points before the clip to the data radius.
     """
 
-    def __init__(self, config: ExperimentConfig, memory: NodeMemory, reusable: ReusableRows,
+    def __init__(self, config: ProtocolConfig, memory: NodeMemory, reusable: ReusableRows,
                  before_clip: PointsBeforeClip) -> None:
         self.config = config
         self.memory = memory

@@ -24,7 +24,7 @@ Neighbouring relation. Data-point level: add or remove one point. When the point
 client's only one, the client (and, one node per client, its node) takes part in one
 world only, so ``n`` itself is private: with ``min-replies < 1`` the summed variance
 ``sigma^2 n / ceil(min-replies n)`` would depend on it, and two Gaussians of different
-variances have unbounded privacy loss, so :class:`fedkmeans.config.FederationConfig`
+variances have unbounded privacy loss, so :class:`fedkmeans.config.MessagingLimits`
 refuses ``min-replies < 1`` under SecAgg at data-point level (with ``min-replies = 1``,
 ``n_min = n`` and the shares sum to exactly ``sigma^2``); the grid step also depends on
 ``n``, which :func:`smooth_lattice` hides. Client level: *zero-out* — the client's

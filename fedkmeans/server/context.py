@@ -32,7 +32,7 @@ from types import MappingProxyType
 import numpy as np
 
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.randomness import PrivateRandomness
 from fedkmeans.seeding import generator, integer_seed
@@ -78,7 +78,7 @@ class ServerContext:
 
     Attributes
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         The declared config before the plan, the resolved one after it.
     pool : ClientPool
         Or a pool with its interface (the tuning's simulated one).
@@ -93,7 +93,7 @@ class ServerContext:
         equivalence tests).
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     pool: object
     server_x: np.ndarray
     runner: RoundRunner
@@ -103,7 +103,7 @@ class ServerContext:
 
     @classmethod
     def of(
-        cls, config: ExperimentConfig, pool, server_x: np.ndarray,
+        cls, config: ProtocolConfig, pool, server_x: np.ndarray,
         releases: Mapping[str, Release], *, checkpoint: Checkpoint | None = None,
         observers: Sequence[RunObserver] = (), progress: bool = True, warnings: bool = True,
         streaming: bool = True,
@@ -112,7 +112,7 @@ class ServerContext:
 
         Parameters
         ----------
-        config : ExperimentConfig
+        config : ProtocolConfig
         pool : ClientPool or a pool with its interface
         server_x : ndarray of shape (m, d)
         releases : mapping of str to Release
@@ -132,7 +132,7 @@ class ServerContext:
             non_private=runner.non_private, observers=tuple(observers))
         return cls(config, pool, server_x, runner, releaser, streaming=streaming)
 
-    def planned(self, config: ExperimentConfig, releases: Iterable[Release], *,
+    def planned(self, config: ProtocolConfig, releases: Iterable[Release], *,
                 settings: Mapping | None = None) -> ServerContext:
         """The context for the rounds after ``releases`` are planned; this one is unchanged.
 
@@ -310,12 +310,12 @@ class ServerContext:
         return self.releaser.release(replies, statistic, stage, symmetric=symmetric)
 
 
-def _private_randomness(config: ExperimentConfig) -> PrivateRandomness:
+def _private_randomness(config: ProtocolConfig) -> PrivateRandomness:
     """The run's noise and sampling source: secret unless ``privacy.reproducible-noise``."""
     return PrivateRandomness(config.seed if config.privacy.reproducible_noise else None)
 
 
-def _pool_view(pool, config: ExperimentConfig, releases: Mapping[str, Release],
+def _pool_view(pool, config: ProtocolConfig, releases: Mapping[str, Release],
                settings: Mapping | None):
     """``pool`` sending ``settings`` (None: its own), its SecAgg reading ``releases``.
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.plugins import ATTACKS
 from fedkmeans.server.replies import Replies
 
@@ -48,7 +48,7 @@ class RunObserver:
     #: Key of :meth:`report`'s section in ``result.json``.
     result_key: ClassVar[str] = "observer"
 
-    def on_start(self, config: ExperimentConfig) -> None:
+    def on_start(self, config: ProtocolConfig) -> None:
         """Take the run's resolved settings (``auto`` replaced), before any round."""
 
     def on_broadcast(self, round_name: str, arrays: dict, clients: np.ndarray) -> None:
@@ -90,13 +90,14 @@ class Attack:
         The config value.
     build : callable
         ``build(config) -> list of RunObserver``: the observers of a run (empty: the
-        honest server alone).
+        honest server alone); ``config`` is the caller's (the harness's experiment
+        config, or a strategy's :class:`~fedkmeans.config.ProtocolConfig`).
     summary : str
         One line for listings.
     """
 
     name: str
-    build: Callable[[ExperimentConfig], list[RunObserver]]
+    build: Callable[[Any], list[RunObserver]]
     summary: str = ""
 
 

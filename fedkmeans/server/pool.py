@@ -29,7 +29,7 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.config import FederationConfig
+from fedkmeans.config import MessagingLimits
 from fedkmeans.console import DIAGNOSTICS_ENV, diagnostics_on_console, say
 from fedkmeans.grid_io import NO_REPLY, ask_nodes, wait_for_nodes
 from fedkmeans.server.aggregation import Fold
@@ -65,7 +65,7 @@ class ClientPool:
     """Nodes and the clients they host, as announced in the ``register`` stage."""
 
     grid: Grid
-    federation: FederationConfig
+    federation: MessagingLimits
     node_clients: dict[int, np.ndarray] = field(default_factory=dict)
     dim: int = 0
     rejected: list[dict] = field(default_factory=list)

@@ -52,7 +52,7 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedkmeans import wire
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.console import diagnostics_on_console, quiet_flower_secagg, say
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.budget import reachable_bounds
@@ -176,7 +176,7 @@ class SecAggAggregator:
 
     Attributes
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         A private run with ``privacy.aggregation = secagg`` (validated).
     releases : dict of str to Release
         Calibrated releases by stage (``"init-3/sums"``...): the noise ``sigma`` the
@@ -192,7 +192,7 @@ class SecAggAggregator:
         published value sits on the n-dependent grid.
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     releases: dict[str, Release]
     randomness: PrivateRandomness = field(default_factory=PrivateRandomness)
     rounds: list[dict] = field(default_factory=list)

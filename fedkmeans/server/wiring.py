@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedkmeans.checkpoint import Checkpoint
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.observer import RunObserver
@@ -22,7 +22,7 @@ __all__ = ["wire_context"]
 
 
 def wire_context(
-    config: ExperimentConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
+    config: ProtocolConfig, pool, server_x: np.ndarray, releases: Mapping[str, Release], *,
     checkpoint: Checkpoint | None = None, observers: Sequence[RunObserver] = (),
     settings: Mapping, progress: bool = True, warnings: bool = True,
     secagg: bool | None = None, streaming: bool = True,
@@ -31,7 +31,7 @@ def wire_context(
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
     pool : ClientPool or a pool with its interface (the tuning's simulated one)
     server_x : ndarray of shape (m, d)
         Q after the public transform.

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.accountant import Release
 
 __all__ = ["ClientView", "StageContext"]
@@ -40,7 +40,7 @@ class StageContext(Protocol):
     Implemented by :class:`fedkmeans.server.context.ServerContext`.
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     server_x: np.ndarray
     pool: ClientView
     releases: Mapping[str, Release]

@@ -36,7 +36,7 @@ from flwr.serverapp import (
     SamplingMethod,
 )
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 
 __all__ = ["FlowerLedger", "flower_ledger"]
@@ -118,14 +118,14 @@ class FlowerLedger:
         self._ledger = PrivacyLedger.from_state_dict(state["ledger"])  # type: ignore[arg-type]
 
 
-def flower_ledger(config: ExperimentConfig, ledger: PrivacyLedger,
+def flower_ledger(config: ProtocolConfig, ledger: PrivacyLedger,
                   sampling_method: SamplingMethod = SamplingMethod.NO_AMPLIFICATION,
                   max_epsilon: float | None = None) -> FlowerLedger:
     """The run's ledger as Flower's accountant, or ValueError saying why it cannot be.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         The run's (resolved) config.
     ledger : PrivacyLedger
         The run's ledger (its releases keep their own sampling rates).

@@ -1,20 +1,21 @@
-"""A strategy's keyword arguments as a validated :class:`~fedkmeans.config.ExperimentConfig`.
+"""A strategy's keyword arguments as a validated :class:`~fedkmeans.config.ProtocolConfig`.
 
 ``FedDPKMeansStrategy(n_clusters=3, epsilon=1.0, server_data=Q, lloyds_steps=5)``: the named
 arguments are the config's ``k``, ``privacy.epsilon``, ``privacy.delta`` and
 ``privacy.level``; every other keyword is a config attribute by its name
 (``lloyds_steps`` -> ``privacy.lloyds-steps``, ``num_nodes`` -> ``federation.num-nodes``,
 ``seed``; ``preprocessing`` -> ``data.center``/``data.scale``), and takes ``"auto"``
-wherever the config does. The config is built by :func:`~fedkmeans.config.parse_config`
+wherever the config does. The config is built by :func:`~fedkmeans.config.parse_protocol`
 (so a bad value is the same one-line :class:`~fedkmeans.config.ConfigError` naming the
-key), with ``data.name = mounted`` (:mod:`fedkmeans.data.mounted`: the nodes' own data;
-nothing about it is read to validate), and ``k`` checked against the server's data.
+key): the protocol's config alone, no data set (the nodes hold their own data), and ``k``
+checked against the server's data.
 
 A keyword that would do nothing in a strategy is refused, not ignored: one the run never
 reads (``clip_sums`` at data-point level: :func:`~fedkmeans.config.check_no_idle_keys`),
-and the harness's engine keys (:data:`HARNESS_KEYS`: the engine, Ray's CPUs, the project
-ClientApp's node cache), which belong to ``python -m fedkmeans.experiment``, not to a
-Flower app whose engine and ClientApp are the user's. Errors name the keyword the caller
+and the harness's keys (:data:`HARNESS_KEYS`: the engine, Ray's CPUs, the project
+ClientApp's node cache, the output, the reference cost, the attack), which belong to
+``python -m fedkmeans.experiment``, not to a Flower app whose engine and ClientApp are
+the user's. Errors name the keyword the caller
 wrote (``n_clusters``, ``lloyds_steps``), never the config key it becomes
 (:func:`in_caller_words`).
 """
@@ -29,18 +30,18 @@ import numpy as np
 
 from fedkmeans.config import (
     ConfigError,
-    ExperimentConfig,
+    ProtocolConfig,
     check_no_idle_keys,
     check_server_points,
-    parse_config,
-    settle_idle_keys,
+    parse_protocol,
+    reset_idle_keys,
 )
 
 __all__ = ["HARNESS_KEYS", "SETTING_KEYS", "build_config", "in_caller_words", "server_points"]
 
 #: Top-level keys a strategy never takes: its own arguments, or what only the
 #: experiment harness has (files, the optimal cost, an attack: see CuriousServer).
-_NOT_SETTINGS = ("algorithm", "k", "output_dir", "optimal_restarts", "optimal_cost", "attack")
+_NOT_SETTINGS = ("algorithm", "k")
 #: Keyword -> why a strategy refuses it: read only by the experiment harness (its engine
 #: and its own ClientApp), so in a user's Flower app it would do nothing.
 HARNESS_KEYS = {
@@ -48,11 +49,15 @@ HARNESS_KEYS = {
     "num_cpus": "Ray's CPUs are set by your federation (options.backend in pyproject.toml)",
     "client_cpus": "Ray's CPUs per ClientApp are set by your federation",
     "node_cache_mb": "your ClientApp loads its own points (fedkmeans.client.mount)",
+    "output_dir": "a strategy returns its results and writes no run directory",
+    "optimal_restarts": "the reference cost is computed by python -m fedkmeans.experiment",
+    "optimal_cost": "the reference cost is computed by python -m fedkmeans.experiment",
+    "attack": "the curious-server attacks are the harness's (or fedkmeans.attacks.CuriousServer)",
 }
 
 
 def _setting_keys() -> dict[str, str]:
-    default = ExperimentConfig()
+    default = ProtocolConfig()
     out = {f.name: f.name.replace("_", "-") for f in fields(default)
            if f.name not in _NOT_SETTINGS and f.name not in ("data", "privacy", "federation")}
     for section in ("privacy", "federation"):
@@ -127,7 +132,7 @@ def server_points(server_data: Any) -> np.ndarray:
 
 def build_config(algorithm: str, n_clusters: int | str, epsilon: float, delta: float,
                  level: str, settings: dict[str, Any], server_x: np.ndarray,
-                 words: dict[str, str] | None = None) -> ExperimentConfig:
+                 words: dict[str, str] | None = None) -> ProtocolConfig:
     """The validated config of a strategy (see the module docstring).
 
     ``words`` renames keywords in the errors (:func:`in_caller_words`), for a caller
@@ -144,7 +149,7 @@ def build_config(algorithm: str, n_clusters: int | str, epsilon: float, delta: f
     if harness:
         raise ConfigError(f"{harness[0]} is not a strategy setting: "
                           f"{HARNESS_KEYS[harness[0]]}; it is read only by "
-                          "python -m fedkmeans.experiment (federation.*)")
+                          "python -m fedkmeans.experiment (the experiment config)")
     settings = dict(settings)
     center, scale = _preprocessing(settings.pop("preprocessing", "center"))
     unknown = sorted(set(settings) - set(SETTING_KEYS))
@@ -154,15 +159,15 @@ def build_config(algorithm: str, n_clusters: int | str, epsilon: float, delta: f
                           f"preprocessing and: "
                           f"{', '.join(SETTING_KEYS)}")
     flat = {"algorithm": algorithm, "k": n_clusters, "privacy.epsilon": epsilon,
-            "privacy.delta": delta, "privacy.level": level, "data.name": "mounted",
-            "data.center": center, "data.scale": scale,
+            "privacy.delta": delta, "privacy.level": level, "data.center": center,
+            "data.scale": scale,
             **{SETTING_KEYS[name]: value for name, value in settings.items()}}
     try:
-        config = parse_config(flat)
+        config = parse_protocol(flat)
         # e.g. clip_sums at data-point level; preprocessing="none" centres nothing on a
         # non-private run, as "center" does not: its data.center goes back to the default
         check_no_idle_keys(config, exempt=("data.center",))
-        config = settle_idle_keys(config, typed=())
+        config = reset_idle_keys(config)
         check_server_points(config, server_x.shape[0], " in server_data")
     except ConfigError as exc:
         raise ConfigError(in_caller_words(str(exc), words)) from None

@@ -45,7 +45,7 @@ import numpy as np
 from fedkmeans.clustering import kmeans
 from fedkmeans.clustering.distances import nearest_squared_distances, squared_distances
 from fedkmeans.clustering.server_steps import top_eigenvectors
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.seeding import generator
 
@@ -267,6 +267,6 @@ def simulated_federation(
                                _pooled={"points": x})
 
 
-def federation_rng(config: ExperimentConfig, rep: int) -> np.random.Generator:
+def federation_rng(config: ProtocolConfig, rep: int) -> np.random.Generator:
     """Public generator of the ``rep``-th simulated federation."""
     return generator(config.seed, "tuning", "federation", rep)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkmeans.config import AUTO, ConfigError, ExperimentConfig
+from fedkmeans.config import AUTO, ConfigError, ProtocolConfig
 
 __all__ = ["MEDIAN", "check_declared_radius"]
 
@@ -26,12 +26,12 @@ __all__ = ["MEDIAN", "check_declared_radius"]
 MEDIAN = 0.5
 
 
-def check_declared_radius(config: ExperimentConfig, server_x: np.ndarray) -> None:
+def check_declared_radius(config: ProtocolConfig, server_x: np.ndarray) -> None:
     """Raise ConfigError when a declared Delta is below the median norm of Q.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
     server_x : ndarray of shape (m, d)
         The server's data Q, already mapped by the run's public transform.
 

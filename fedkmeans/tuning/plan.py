@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fedkmeans.algorithms import algorithm
-from fedkmeans.config import ExperimentConfig, PrivacySettings, parse_config
+from fedkmeans.config import PrivacySettings, ProtocolConfig, parse_protocol
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.calibration import PlannedRelease, calibrate
 from fedkmeans.stages.estimate import ESTIMATE, estimate_noise_multiplier
@@ -36,7 +36,7 @@ __all__ = ["RunPlan", "calibrated_releases", "estimate_release", "needs_estimate
            "plan_run"]
 
 #: ``resolve(prior) -> (resolved config, tuning record or None)``.
-Resolver = Callable[[tuple[Release, ...]], tuple[ExperimentConfig, "dict | None"]]
+Resolver = Callable[[tuple[Release, ...]], tuple[ProtocolConfig, "dict | None"]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class RunPlan:
 
     Attributes
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         The resolved config (numbers in place of ``auto``, but the run-time ones).
     tuning : dict or None
         The tuning record (None when nothing was ``auto``).
@@ -55,7 +55,7 @@ class RunPlan:
         The resolved algorithm's releases, calibrated with ``prior``.
     """
 
-    config: ExperimentConfig
+    config: ProtocolConfig
     tuning: dict | None
     prior: tuple[Release, ...]
     releases: tuple[Release, ...]
@@ -81,16 +81,16 @@ class RunPlan:
     @classmethod
     def from_dict(cls, stored: dict) -> RunPlan:
         """The plan :meth:`to_dict` stored."""
-        return cls(parse_config(stored["config"]), stored["tuning"],
+        return cls(parse_protocol(stored["config"]), stored["tuning"],
                    tuple(Release(**r) for r in stored["prior"]),
                    tuple(Release(**r) for r in stored["releases"]))
 
 
-def needs_estimates(config: ExperimentConfig) -> bool:
-    """Whether the run has an estimate round (:attr:`ExperimentConfig.has_estimate_round`).
+def needs_estimates(config: ProtocolConfig) -> bool:
+    """Whether the run has an estimate round (:attr:`ProtocolConfig.has_estimate_round`).
 
     Private, a setting it feeds is ``auto`` and read by the run
-    (:attr:`ExperimentConfig.auto_keys`: not ``split`` of an algorithm without
+    (:attr:`ProtocolConfig.auto_keys`: not ``split`` of an algorithm without
     FedDP-Init), and the algorithm may release something (k-means on the server's data
     with T = 0 asks the clients nothing).
     """
@@ -110,7 +110,7 @@ def estimate_release(privacy: PrivacySettings) -> Release:
 
 
 def calibrated_releases(
-    planned: Sequence[PlannedRelease], config: ExperimentConfig, prior: Sequence[Release] = (),
+    planned: Sequence[PlannedRelease], config: ProtocolConfig, prior: Sequence[Release] = (),
 ) -> list[Release]:
     """``planned`` calibrated so that ``prior`` and it together meet ``config``'s target.
 
@@ -118,7 +118,7 @@ def calibrated_releases(
     ----------
     planned : sequence of PlannedRelease
         May be empty (nothing to calibrate: ``[]``).
-    config : ExperimentConfig
+    config : ProtocolConfig
         The resolved config: target ``privacy.epsilon`` (infinite for a non-private
         run: noise scale 0) and ``privacy.delta``.
     prior : sequence of Release
@@ -133,12 +133,12 @@ def calibrated_releases(
                      prior=prior) if planned else []
 
 
-def plan_run(config: ExperimentConfig, *, subspace: bool, resolve: Resolver) -> RunPlan:
+def plan_run(config: ProtocolConfig, *, subspace: bool, resolve: Resolver) -> RunPlan:
     """The plan of a run of ``config`` (module docstring).
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         As declared (``auto`` settings unresolved).
     subspace : bool
         FedDP-Init projects onto a k-dimensional subspace (k < d: step 1 runs).

@@ -64,7 +64,7 @@ import numpy as np
 from fedkmeans.algorithms import algorithm
 from fedkmeans.algorithms.server_baselines import SERVER_LLOYDS
 from fedkmeans.artefacts import json_number
-from fedkmeans.config import AUTO, CLIENT_SETTINGS, RUNTIME_AUTO, ExperimentConfig
+from fedkmeans.config import AUTO, CLIENT_SETTINGS, RUNTIME_AUTO, ProtocolConfig
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.stages.check import CHOICE_STDS
 from fedkmeans.tuning.estimates import MISS_PROBABILITY, RADIUS_QUANTILE, PrivateEstimates
@@ -86,7 +86,7 @@ CHECK_FRACTION = 0.10
 FALLBACK_MAX_POINTS = 1000
 
 
-def client_settings(config: ExperimentConfig) -> dict[str, float]:
+def client_settings(config: ProtocolConfig) -> dict[str, float]:
     """The resolved settings nodes clip with, as flat ``privacy.*`` keys.
 
     A setting still ``auto`` is one the run does not use (the check's clip without a
@@ -97,13 +97,13 @@ def client_settings(config: ExperimentConfig) -> dict[str, float]:
 
 
 def resolve_auto(
-    config: ExperimentConfig, server_x: np.ndarray, estimates: PrivateEstimates | None = None
-) -> tuple[ExperimentConfig, dict | None]:
+    config: ProtocolConfig, server_x: np.ndarray, estimates: PrivateEstimates | None = None
+) -> tuple[ProtocolConfig, dict | None]:
     """Replace every ``auto`` setting but the run-time ones; say what was chosen and why.
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
     server_x : ndarray of shape (m, d)
         The server's data Q.
     estimates : PrivateEstimates or None
@@ -112,7 +112,7 @@ def resolve_auto(
 
     Returns
     -------
-    config : ExperimentConfig
+    config : ProtocolConfig
         With numbers in place of ``auto`` (:data:`RUNTIME_AUTO` stay ``auto``).
     record : dict or None
         What was chosen, from which inputs, the simulated cost of every candidate;
@@ -130,8 +130,8 @@ def resolve_auto(
 
 
 def _resolve_auto(
-    config: ExperimentConfig, server_x: np.ndarray, estimates: PrivateEstimates | None
-) -> tuple[ExperimentConfig, dict | None]:
+    config: ProtocolConfig, server_x: np.ndarray, estimates: PrivateEstimates | None
+) -> tuple[ProtocolConfig, dict | None]:
     privacy = config.privacy
     read = set(config.auto_keys)  # not split without FedDP-Init (nothing to search)
     searched = {"split", "lloyds_steps"} & read
@@ -231,8 +231,8 @@ def _resolve_auto(
     return _finish(best, record)
 
 
-def _server_only(config: ExperimentConfig, privacy, record: dict,
-                 estimates: PrivateEstimates) -> tuple[ExperimentConfig, dict]:
+def _server_only(config: ProtocolConfig, privacy, record: dict,
+                 estimates: PrivateEstimates) -> tuple[ProtocolConfig, dict]:
     """The final choice made before the protocol: k-means on the server's data.
 
     The estimate round shows no more clients than its count's noise floor
@@ -251,7 +251,7 @@ def _server_only(config: ExperimentConfig, privacy, record: dict,
     return _finish(replace(config, algorithm=SERVER_LLOYDS.name, privacy=privacy), record)
 
 
-def _with_check(config: ExperimentConfig, *, subspace: bool) -> ExperimentConfig:
+def _with_check(config: ProtocolConfig, *, subspace: bool) -> ProtocolConfig:
     """``config`` with :data:`CHECK_FRACTION` of its plan's budget weight on the check."""
     plan = algorithm(config.algorithm).release_plan(config.privacy, subspace=subspace)
     others = sum(r.weight for r in plan)
@@ -259,7 +259,7 @@ def _with_check(config: ExperimentConfig, *, subspace: bool) -> ExperimentConfig
     return replace(config, privacy=replace(config.privacy, check_share=share))
 
 
-def _finish(config: ExperimentConfig, record: dict):
+def _finish(config: ProtocolConfig, record: dict):
     p = config.privacy
     record["chosen"] = {
         "algorithm": config.algorithm,

@@ -17,7 +17,7 @@ import numpy as np
 
 from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering.client_stats import cluster_sums_counts
-from fedkmeans.config import AUTO, ExperimentConfig
+from fedkmeans.config import AUTO, ProtocolConfig
 from fedkmeans.privacy.accountant import forget_composed_epsilons
 from fedkmeans.privacy.calibration import calibrate
 from fedkmeans.seeding import generator, integer_seed
@@ -62,9 +62,9 @@ SEARCH_BAND = (0.985, 1.0)
 #: The client-level bounds (the check's clip is resolved on its own).
 CLIPS = ("clip_covariance", "clip_histogram", "clip_sums", "clip_counts")
 
-def search(config: ExperimentConfig, base: ExperimentConfig, clipped: np.ndarray,
+def search(config: ProtocolConfig, base: ProtocolConfig, clipped: np.ndarray,
             num_clients: float, auto_clips: list[str], estimates: PrivateEstimates | None,
-            record: dict, *, subspace: bool) -> ExperimentConfig:
+            record: dict, *, subspace: bool) -> ProtocolConfig:
     """The simulated search over the bound quantile, the split and T (module docstring).
 
     A candidate's :data:`REPS` simulations run at once on :func:`search_threads`
@@ -83,10 +83,10 @@ def search_threads() -> int:
     return max(1, min(REPS, cores or 1))
 
 
-def _search(workers: ThreadPoolExecutor, together: bool, config: ExperimentConfig,
-            base: ExperimentConfig, clipped: np.ndarray, num_clients: float,
+def _search(workers: ThreadPoolExecutor, together: bool, config: ProtocolConfig,
+            base: ProtocolConfig, clipped: np.ndarray, num_clients: float,
             auto_clips: list[str], estimates: PrivateEstimates | None, record: dict, *,
-            subspace: bool) -> ExperimentConfig:
+            subspace: bool) -> ProtocolConfig:
     privacy = base.privacy
     n_max = int(privacy.max_points_per_client)
     k = config.largest_k[1]
@@ -107,7 +107,7 @@ def _search(workers: ThreadPoolExecutor, together: bool, config: ExperimentConfi
     scores: dict[tuple, dict[int, Future]] = {}
     pending: list[Future] = []
 
-    def cost_of(candidate: ExperimentConfig, rep: int) -> float:
+    def cost_of(candidate: ProtocolConfig, rep: int) -> float:
         p = candidate.privacy
         key = (candidate.algorithm, tuple(p.split), p.lloyds_steps,
                tuple(getattr(p, c) for c in CLIPS))
@@ -306,7 +306,7 @@ def balanced_sums_ratio(
     return float(np.median(ratios))
 
 
-def _calibrated(config: ExperimentConfig, *, subspace: bool) -> list:
+def _calibrated(config: ProtocolConfig, *, subspace: bool) -> list:
     """Calibrated releases of ``config``'s plan (cached by the plan's privacy structure).
 
     The guarantee of a release depends only on its mechanism, noise multiplier

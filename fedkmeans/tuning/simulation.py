@@ -16,7 +16,7 @@ import numpy as np
 
 from fedkmeans.algorithms import algorithm
 from fedkmeans.clustering.client_stats import symmetric_from_upper
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.config import ProtocolConfig
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.seeding import integer_seed
@@ -122,7 +122,7 @@ class SimulatedPool:
 
 
 def simulate_cost(
-    config: ExperimentConfig,
+    config: ProtocolConfig,
     federation: SimulatedFederation,
     releases: list[Release],
     rep: int,
@@ -131,7 +131,7 @@ def simulate_cost(
 
     Parameters
     ----------
-    config : ExperimentConfig
+    config : ProtocolConfig
         A resolved candidate configuration (no ``auto`` left but the thresholds).
     federation : SimulatedFederation
     releases : list of Release

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from conftest import SMALL, run_server_inprocess
 
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.data.npz import save_npz
 from fedkmeans.data.transform import IDENTITY, PublicTransform
 from fedkmeans.experiment.cli import compose_flat, preflight
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 
 OFFSET = 100.0

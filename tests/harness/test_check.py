@@ -7,8 +7,9 @@ import pytest
 from conftest import PAPER
 
 from fedkmeans.algorithms import release_plan
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.stages import check_runs, feddp_init, statistic_bounds
 from fedkmeans.stages.check import (
     CHOICE_ERROR,
@@ -127,7 +128,8 @@ def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, noiseless
     config = parse_config({**small_config, "privacy.split": "auto",
                            "privacy.check-share": "auto", "privacy.epsilon": 1.0})
     server_x = np.random.default_rng(0).normal(size=(50, 8))
-    chosen, record = resolve.resolve_auto(config, server_x, noiseless_estimates("datapoint"))
+    chosen, record = resolve.resolve_auto(config.protocol, server_x,
+                                          noiseless_estimates("datapoint"))
     plan = release_plan("feddp-kmeans", chosen.privacy)
     checks = [r for r in plan if r.group == "check"]
     share = sum(r.weight for r in checks) / sum(r.weight for r in plan)

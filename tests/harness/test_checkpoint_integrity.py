@@ -21,9 +21,9 @@ from fedkmeans.checkpoint import (
     CheckpointDataMismatchError,
     CheckpointMismatchError,
 )
-from fedkmeans.config import parse_config
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.fingerprint import data_fingerprint
 from fedkmeans.server_app import app as server_app

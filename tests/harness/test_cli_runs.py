@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedkmeans.config import parse_config
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.rundir import LOCK_FILE, OutputDirError, claim_output_dir
 
 TINY = ["data.dim=4", "data.components=3", "k=3", "data.num-clients=6",

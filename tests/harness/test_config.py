@@ -10,15 +10,10 @@ import pytest
 import tomli
 from hydra import compose, initialize_config_module
 
-from fedkmeans.config import (
-    HAND_SETTINGS,
-    ConfigError,
-    ExperimentConfig,
-    config_keys,
-    parse_config,
-)
+from fedkmeans.config import HAND_SETTINGS, ConfigError
 from fedkmeans.data import catalog
 from fedkmeans.experiment.cli import flatten
+from fedkmeans.experiment.config import ExperimentConfig, config_keys, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "fedkmeans" / "conf"

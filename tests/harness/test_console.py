@@ -137,11 +137,13 @@ def test_say_prints_the_public_line_unless_the_operator_opts_in(monkeypatch):
 
 
 def test_the_guarantee_names_the_neighbouring_relation_and_the_split():
-    from fedkmeans.config import parse_config
+    from fedkmeans.experiment.config import parse_config
     from fedkmeans.statements import guarantee
 
     def sentence(**flat):
-        return guarantee(parse_config(flat), 0.9, secret_noise=True)
+        config = parse_config(flat)
+        return guarantee(config.protocol, 0.9, secret_noise=True,
+                         server_rows_drawn=config.data.server_fraction > 0)
 
     assert sentence(**{"privacy.level": "datapoint"}) == (
         "(0.9, 1e-06)-DP for everything in release.json, for neighbouring federations that "

@@ -14,6 +14,7 @@ from conftest import PAPER, SMALL
 
 import fedkmeans.config
 import fedkmeans.data
+import fedkmeans.experiment.config
 import fedkmeans.experiment.rundir
 from fedkmeans.experiment import run
 
@@ -39,13 +40,15 @@ def _count_calls(monkeypatch, counts: Counter, module, name: str, *, when=None) 
 def test_a_default_run_parses_once_loads_the_server_data_once_and_reads_nothing_back(
         tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(fedkmeans.config, "_RUN_CONFIGS", OrderedDict())  # a fresh process's
+    monkeypatch.setattr(fedkmeans.experiment.config, "_RUN_CONFIGS",
+                        OrderedDict())  # a fresh process's
     counts: Counter = Counter()
-    _count_calls(monkeypatch, counts, fedkmeans.config, "parse_config")
+    _count_calls(monkeypatch, counts, fedkmeans.experiment.config, "parse_config")
+    _count_calls(monkeypatch, counts, fedkmeans.config, "parse_protocol")
     _count_calls(monkeypatch, counts, fedkmeans.data, "load_server")
     _count_calls(monkeypatch, counts, fedkmeans.experiment.rundir, "default_output_dir")
-    _count_calls(monkeypatch, counts, fedkmeans.config, "_flatten_dataclass",
-                 when=lambda obj, prefix="": prefix == "")  # whole configs, not sections
+    _count_calls(monkeypatch, counts, fedkmeans.config, "flatten",
+                 when=lambda obj, prefix="", skip=(): prefix == "")  # configs, not sections
     read_text = Path.read_text
 
     def counted_read(path, *args, **kwargs):
@@ -57,10 +60,12 @@ def test_a_default_run_parses_once_loads_the_server_data_once_and_reads_nothing_
     result = run(OVERRIDES)
 
     assert counts["parse_config"] == 1  # the ServerApp and the nodes take the parsed one
+    assert counts["parse_protocol"] == 0  # the protocol config is the parsed one's part
     assert counts["load_server"] == 1  # the preflight's load is the run's
     assert counts["default_output_dir"] == 1
-    # the declared config and the resolved one (the defaults were flattened at import)
-    assert counts["_flatten_dataclass"] <= 2
+    # once each: the defaults and the declared config (each as its protocol config's keys
+    # and the experiment's own) and the resolved protocol config
+    assert counts["flatten"] <= 5
     assert counts["read result.json"] == 0
     path = Path(result["result_path"])
     assert path.parent.is_relative_to(tmp_path / "outputs")

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import fedkmeans.data as data_access
-from fedkmeans.config import parse_config
 from fedkmeans.data import mplsstops, nycflights
 from fedkmeans.data.tabular import build_federation
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from fedkmeans.config import parse_config
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.budget import UNDECLARED_MAX_POINTS
 from fedkmeans.privacy.registry import GAUSSIAN
@@ -259,7 +259,7 @@ def _estimate_rounds(sizes: np.ndarray, epsilon: float, rounds: int) -> list[Pri
     rng = np.random.default_rng(1)
     points = {j: rng.normal(size=(int(n), 2)) for j, n in enumerate(sizes)}
     config = parse_config({**AUTO, "privacy.level": "datapoint", "privacy.epsilon": epsilon,
-                           "privacy.reproducible-noise": True})
+                           "privacy.reproducible-noise": True}).protocol
     node = NodeData(config, np.arange(sizes.size), points, dict.fromkeys(points))
     federation = SimulatedFederation(points, 1.0, rng.normal(size=(20, 2)))
     release = estimate_release(config.privacy)

@@ -103,6 +103,8 @@ def test_bad_input_is_one_error_naming_it_before_any_node_is_asked():
         FedDPKMeans(n_clusters=3, settings={"lloyds_steps": 2}).fit(X, groups=ids, X_server=Q)
     with pytest.raises(ConfigError, match="^engine is not a strategy setting"):
         FedDPKMeans(n_clusters=3, settings={"engine": "flower"}).fit(X, groups=ids, X_server=Q)
+    with pytest.raises(ConfigError, match="^attack is not a strategy setting"):
+        FedDPKMeans(n_clusters=3, settings={"attack": "curious"}).fit(X, groups=ids, X_server=Q)
     with pytest.raises(ConfigError, match=r"^settings: unknown key\(s\) \['lloyd_steps'\]; "
                                           "valid keys are ") as err:
         FedDPKMeans(n_clusters=3, settings={"lloyd_steps": 2}).fit(X, groups=ids, X_server=Q)

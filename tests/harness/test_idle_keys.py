@@ -17,14 +17,14 @@ import pytest
 import tomllib
 from conftest import SMALL, counting_app, read_keys
 
-from fedkmeans.config import (
-    ConfigError,
+from fedkmeans.config import ConfigError
+from fedkmeans.experiment.cli import compose_flat, typed_keys
+from fedkmeans.experiment.config import (
     ExperimentConfig,
     check_no_idle_keys,
     idle_keys,
     parse_config,
 )
-from fedkmeans.experiment.cli import compose_flat, typed_keys
 from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.experiment.sweep import unread_by_every_job
 from fedkmeans.server_app import app as server_app

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from fedkmeans import client_app
-from fedkmeans.config import parse_config
 from fedkmeans.data.transform import PublicTransform
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import row_norms
 

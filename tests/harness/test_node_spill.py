@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedkmeans.config import parse_config
 from fedkmeans.data import load_client
 from fedkmeans.data.mixture import mixture_block, mixture_client
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import row_norms
 

@@ -19,8 +19,9 @@ import toy_algorithm  # noqa: F401  (registers algorithm=farthest-first)
 import toy_attack  # noqa: F401  (registers attack=round-counter)
 
 from fedkmeans.algorithms import algorithm
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.experiment import run
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
 from fedkmeans.server.observer import Attack, register_attack
 

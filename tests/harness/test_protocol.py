@@ -20,8 +20,8 @@ from fedkmeans.clustering import (
     weighted_kmeans,
 )
 from fedkmeans.clustering.client_stats import symmetric_from_upper, upper_triangle
-from fedkmeans.config import parse_config
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines.inprocess import run_inprocess
 from fedkmeans.metrics import kmeans_cost
 from fedkmeans.seeding import integer_seed

@@ -16,8 +16,8 @@ from conftest import PAPER
 from fedkmeans.attacks.audit_plan import BudgetRow, run_plans
 from fedkmeans.attacks.release_audit import audit_release, legacy_derivation
 from fedkmeans.attacks.sensitivity_audit import AuditSetup, SensitivityRow, planned_releases
-from fedkmeans.config import parse_config
 from fedkmeans.experiment.audit import main
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.server.aggregation import clipped_sum
 from fedkmeans.stages import statistic_bounds
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedkmeans.config import ExperimentConfig
+from fedkmeans.experiment.config import ExperimentConfig
 from fedkmeans.experiment.sweep import columns
 
 pytest.importorskip("matplotlib")

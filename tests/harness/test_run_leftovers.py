@@ -20,7 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines.flower import (
     PROJECT_DIR,
     flower_env,

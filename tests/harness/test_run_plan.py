@@ -5,7 +5,7 @@ import math
 import pytest
 from conftest import SMALL
 
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.privacy.analytic_gaussian import analytic_gaussian_sigma
 from fedkmeans.tuning.plan import RunPlan, needs_estimates, plan_run
 
@@ -15,9 +15,9 @@ def _plan(flat, resolved=None):
 
     def resolve(prior):
         asked.append(prior)
-        return (resolved or parse_config(flat)), None
+        return (resolved or parse_config(flat)).protocol, None
 
-    return plan_run(parse_config(flat), subspace=True, resolve=resolve), asked
+    return plan_run(parse_config(flat).protocol, subspace=True, resolve=resolve), asked
 
 
 def test_hand_settings_plan_no_estimate_round_and_meet_the_target():

@@ -27,9 +27,10 @@ from fedkmeans.algorithms import release_plan
 from fedkmeans.attacks.differencing import combine_runs, leading_direction
 from fedkmeans.checkpoint import Checkpoint
 from fedkmeans.clustering import cluster_sums_counts
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.console import DIAGNOSTICS_ENV
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 from fedkmeans.privacy.clipping import clip_rows_l2
 from fedkmeans.privacy.distributed import (

@@ -16,8 +16,9 @@ from fedkmeans.clustering import (
     top_eigenvectors,
     weighted_kmeans,
 )
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.seeding import integer_seed
 from fedkmeans.server.thresholds import spare_centers
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.node import NodeData
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from conftest import SMALL
 
 from fedkmeans import client_app
 from fedkmeans.algorithms import algorithm, release_plan
-from fedkmeans.config import parse_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 from fedkmeans.node import NodeData
@@ -62,7 +62,8 @@ def _context(flat: dict, epsilon: float) -> ServerContext:
     config = parse_config(flat)
     nodes = [{"partition-id": i, "num-partitions": 3} for i in range(3)]
     run_id = new_run_id()
-    pool = ClientPool(InProcessGrid(client_app.app, flat, nodes, run_id), config.federation)
+    grid = InProcessGrid(client_app.app, flat, nodes, run_id)
+    pool = ClientPool(grid, config.protocol.federation)
     pool.register(wait_seconds=1)
     plan = TOY.plan(config.privacy, TOY.group)
     releases = calibrate(plan, epsilon=epsilon, delta=1e-6) if config.is_private else []

@@ -21,8 +21,9 @@ from flwr.serverapp import PrivacySpent
 from fedkmeans import data as data_access
 from fedkmeans.artefacts import release_view
 from fedkmeans.client import OwnPoints, mount
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.config_node import node_config, node_settings
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
 from fedkmeans.strategies import STRATEGIES, FedDPKMeansStrategy, KMeansStrategy
@@ -176,12 +177,24 @@ def test_the_estimator_and_the_strategies_share_their_defaults():
         assert getattr(config.privacy, name) == estimator[name].default, name
 
 
-@pytest.mark.parametrize("key", ["engine", "num_cpus", "client_cpus", "node_cache_mb"])
+@pytest.mark.parametrize("key", ["engine", "num_cpus", "client_cpus", "node_cache_mb",
+                                 "output_dir", "optimal_restarts", "optimal_cost", "attack"])
 def test_a_harness_key_is_refused_in_one_line_not_ignored(key):
     with pytest.raises(ConfigError, match=f"^{key} is not a strategy setting: .*"
                                           "python -m fedkmeans.experiment") as err:
         FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros((20, 3)), **{key: 1})
     assert "\n" not in str(err.value)
+
+
+def test_a_strategy_s_config_is_the_protocol_s_alone():
+    """The strategy builds a ProtocolConfig (issue #51): no data set, engine or attack."""
+    from fedkmeans.config import ProtocolConfig, protocol_keys
+
+    config = FedDPKMeansStrategy(n_clusters=2, server_data=np.zeros((20, 3))).config
+    assert type(config) is ProtocolConfig
+    assert list(config.to_flat()) == protocol_keys()
+    assert not any(key.startswith(("data.name", "federation.engine", "attack", "output"))
+                   for key in config.to_flat())
 
 
 def test_start_s_timeout_is_each_round_s_timeout(monkeypatch):

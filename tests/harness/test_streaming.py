@@ -10,7 +10,7 @@ import pytest
 from conftest import run_server_inprocess
 from flwr.app import Message
 
-from fedkmeans.config import FederationConfig
+from fedkmeans.config import MessagingLimits
 from fedkmeans.experiment.cli import run_flat
 from fedkmeans.experiment.engines.inprocess import InProcessGrid
 from fedkmeans.local_grid import new_run_id
@@ -103,7 +103,7 @@ class _CountingGrid(InProcessGrid):
 
 def _server_peak(clients: int, dim: int = 40, num_nodes: int = 4) -> tuple[int, _CountingGrid]:
     """Peak bytes traced while the pool folds one covariance round of ``clients``."""
-    federation = FederationConfig(num_nodes=num_nodes, message_mb=0.25, inflight_mb=0.5)
+    federation = MessagingLimits(num_nodes=num_nodes, message_mb=0.25, inflight_mb=0.5)
     nodes = [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
     run_id = new_run_id()
     grid = _CountingGrid(_synthetic_app(num_nodes, clients // num_nodes, dim), {}, nodes,
@@ -139,7 +139,7 @@ def test_the_server_s_memory_does_not_grow_with_the_number_of_clients():
 def test_a_curious_server_still_sees_every_client_s_row(small_config):
     """The observer keeps the rows itself; they equal the stacked path's."""
     from fedkmeans.attacks.curious import CuriousObserver
-    from fedkmeans.config import parse_config
+    from fedkmeans.experiment.config import parse_config
 
     flat = {**small_config, "privacy.reproducible-noise": True,
             "federation.message-mb": 5 * 8 * 64 / 2**20}  # 5 clients per message
@@ -171,7 +171,7 @@ class _ReversedGrid(InProcessGrid):
 
 def _run_on(grid_class, flat, num_nodes=4):
     from fedkmeans import client_app
-    from fedkmeans.config import parse_config
+    from fedkmeans.experiment.config import parse_config
     from fedkmeans.experiment.runner import run_server
 
     run_id = new_run_id()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import SMALL
 
-from fedkmeans.config import config_keys, idle_keys, parse_config
+from fedkmeans.experiment.config import config_keys, idle_keys, parse_config
 from fedkmeans.experiment.sweep import append_row, columns, count_jobs, eta_seconds, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]

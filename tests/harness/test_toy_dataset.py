@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-from fedkmeans.config import ConfigError, parse_config
+from fedkmeans.config import ConfigError
 from fedkmeans.data.catalog import Dataset, register
 from fedkmeans.experiment.cli import flatten, run
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.seeding import generator
 
 #: Three well separated blobs in the plane (public constants).

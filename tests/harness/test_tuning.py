@@ -13,10 +13,11 @@ from fedkmeans.clustering import (
     top_eigenvectors,
 )
 from fedkmeans.clustering.distances import squared_distances
-from fedkmeans.config import AUTO, CLIENT_BOUNDS, ConfigError, parse_config
+from fedkmeans.config import AUTO, CLIENT_BOUNDS, ConfigError
 from fedkmeans.data.labelskew import client_keys, minority_classes, server_rows
 from fedkmeans.data.npz import save_npz
 from fedkmeans.experiment.cli import run_flat
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.thresholds import count_threshold, noise_std, spread
 from fedkmeans.tuning.federation import (
@@ -172,7 +173,7 @@ def test_a_candidate_replaces_the_default_only_if_cheaper_in_every_paired_run():
 
 def test_the_record_says_which_candidates_the_line_search_skipped(small_config,
                                                                    noiseless_estimates):
-    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"})
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client"}).protocol
     _, record = resolve_auto(config, np.random.default_rng(0).normal(size=(50, 8)),
                              noiseless_estimates("client"))
     tried = {(c["stage"], c[c["stage"]]) for c in record["candidates"]
@@ -203,7 +204,7 @@ def test_the_choice_reads_nothing_of_the_clients_but_the_estimates(
     monkeypatch.setattr(data_access, "load_client", forbidden)
     monkeypatch.setattr(node.NodeData, "load", forbidden)
     config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "client",
-                           "privacy.max-points-per-client": 40})
+                           "privacy.max-points-per-client": 40}).protocol
     server_x = np.random.default_rng(0).normal(size=(50, 8))
     estimates = noiseless_estimates("client")
     first, record = resolve_auto(config, server_x, estimates)
@@ -352,7 +353,7 @@ def test_forgetting_the_calibrations_empties_both_memos_and_changes_no_scale(sma
     from fedkmeans.privacy.accountant import _composed_epsilon
     from fedkmeans.tuning.search import _calibrate_unit, _calibrated, forget_calibrations
 
-    base = parse_config(small_config)
+    base = parse_config(small_config).protocol
     config = replace(base, privacy=replace(
         base.privacy, epsilon=1.0, split=CLIENT_SPLITS[0], lloyds_steps=1))
     first = _calibrated(config, subspace=True)
@@ -389,7 +390,7 @@ def test_the_search_on_two_threads_chooses_and_records_as_on_one(
 
     from fedkmeans.tuning import search as search_module
 
-    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": level})
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": level}).protocol
     server_x = np.random.default_rng(0).normal(size=(50, 8))
     estimates = noiseless_estimates(level)
     logger = logging.getLogger("fedkmeans")
@@ -428,7 +429,7 @@ def test_a_simulation_logs_no_warning_and_leaves_the_package_s_log_level_alone(
 
     from fedkmeans.tuning import simulation
 
-    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "datapoint"})
+    config = parse_config({**small_config, **AUTO_ALL, "privacy.level": "datapoint"}).protocol
     server_x = np.random.default_rng(0).normal(size=(50, 8))
     logger = logging.getLogger("fedkmeans")
     monkeypatch.setattr(logger, "level", logging.INFO)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedkmeans import config_node
-from fedkmeans.config import ConfigError, ExperimentConfig
+from fedkmeans.config import ConfigError, ProtocolConfig
 from fedkmeans.config_node import node_config, node_settings
 
 
@@ -26,7 +26,7 @@ def counted(monkeypatch):
 
 
 def test_a_mounted_node_parses_each_new_settings_once(counted):
-    sent = node_settings(ExperimentConfig())
+    sent = node_settings(ProtocolConfig())
     first = [node_config(dict(sent)) for _ in range(3)]  # three requests, one settings
     assert counted["node"] == 1
     assert all(config is first[0] for config in first)
@@ -36,7 +36,7 @@ def test_a_mounted_node_parses_each_new_settings_once(counted):
 
 
 def test_a_bad_setting_raises_on_every_request(counted):
-    bad = {**node_settings(ExperimentConfig()), "privacy.data-radius": -1.0}
+    bad = {**node_settings(ProtocolConfig()), "privacy.data-radius": -1.0}
     for _ in range(2):
         with pytest.raises(ConfigError, match="privacy.data-radius"):
             node_config(bad)

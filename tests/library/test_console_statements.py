@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedkmeans.clustering.server_steps import usable_weights
-from fedkmeans.config import parse_config
+from fedkmeans.config import parse_protocol
 from fedkmeans.statements import INFORMATIVE_BOUND, clipping_summary
 
 
@@ -31,7 +31,7 @@ class _Estimates:
     (None, "cannot be bounded usefully at this epsilon"),
 ])
 def test_the_clipping_share_is_stated_only_when_its_bound_says_something(bound, said):
-    config = parse_config({"privacy.data-radius": 3.0})
+    config = parse_protocol({"privacy.data-radius": 3.0})
     line = clipping_summary(config, config, _Estimates(bound))
     assert said in line
     assert ("%" in line) == (bound is not None and bound <= INFORMATIVE_BOUND)

@@ -9,13 +9,16 @@ import numpy as np
 import pytest
 from conftest import SMALL
 
-from fedkmeans.config import parse_config
+from fedkmeans.config import parse_protocol, protocol_keys
 from fedkmeans.node.secagg import SecAggEncoding
 from fedkmeans.privacy.budget import joint_radius
 from fedkmeans.privacy.clipping import clip_stacked, joint_clip_factors
 from fedkmeans.server.aggregation import Fold, RunningSums, folded_sum
 from fedkmeans.server.releaser import Releaser
 from fedkmeans.stages import statistic_bounds
+
+#: SMALL's protocol keys (its data.* keys are the harness's data set).
+SMALL_PROTOCOL = {k: v for k, v in SMALL.items() if k in protocol_keys()}
 
 
 def test_joint_factor_by_hand():
@@ -39,7 +42,7 @@ def test_negative_counts_are_set_to_zero_before_the_clip_and_inputs_untouched():
 
 
 def _datapoint_folds(n_max: int, radius_data: float, sigma_s: float, sigma_c: float):
-    config = parse_config({"privacy.data-radius": radius_data,
+    config = parse_protocol({"privacy.data-radius": radius_data,
                            "privacy.max-points-per-client": n_max})
     bounds = statistic_bounds(config.privacy)
     assert bounds["sums"].joint == bounds["counts"].joint == "clusters"
@@ -96,7 +99,7 @@ N_MIN = 12  # a SecAgg round of 12 asked clients: shares sigma / sqrt(12)
 
 
 def _central(rows):
-    config = parse_config(SMALL)
+    config = parse_protocol(SMALL_PROTOCOL)
     releases = {f"lloyds-1/{n}": SimpleNamespace(mechanism="gaussian", noise_scale=s)
                 for n, s in SIGMA.items()}
     folds = Releaser(config.privacy, config.is_private, releases).folds("lloyds-1", rows)
@@ -104,7 +107,7 @@ def _central(rows):
 
 
 def _node(rows, *, second_l1_clip=False):
-    privacy = parse_config(SMALL).privacy
+    privacy = parse_protocol(SMALL_PROTOCOL).privacy
     shares = {n: s / math.sqrt(N_MIN) for n, s in SIGMA.items()}
     clipped = SecAggEncoding(privacy).clipped(rows, shares)
     if second_l1_clip:  # what the node did before issue 49, after the projection
@@ -164,7 +167,7 @@ def test_the_node_and_the_server_clip_alike_and_a_second_l1_clip_breaks_the_boun
     first center) gain one at ``Delta e_1`` (cluster 1). The projection moves the pair
     by at most L; clipping the counts again in l1 moves them by about sqrt(2) ``R
     sigma_c / (n + 1)`` in l2, past the bound."""
-    bounds = statistic_bounds(parse_config(SMALL).privacy)
+    bounds = statistic_bounds(parse_protocol(SMALL_PROTOCOL).privacy)
     radius = math.hypot(bounds["sums"].server_bound / SIGMA["sums"],
                         bounds["counts"].server_bound / SIGMA["counts"])
     n = math.ceil(radius * SIGMA["counts"])

@@ -40,14 +40,13 @@ def _sides() -> dict[str, list[str]]:
 
 
 def test_the_library_loads_nothing_of_the_harness_to_check_its_config():
-    """No import reaches the harness (the contract), and at run time checking a config
-    with the library's defaults (no attack, the default engine) reads neither the
-    attack nor the engine registry, whose built-ins are harness modules; another
-    attack is checked against the registry, which then loads its built-ins."""
+    """No import reaches the harness (the contract), and at run time parsing the
+    protocol's config loads none of it; a harness key (``attack``) is refused, naming
+    the protocol's keys, and still loads nothing of the harness."""
     harness = set(_sides()["harness"])
     code = ("import sys, fedkmeans.session, fedkmeans.config as c; "
             "before = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}; "
-            "c.parse_config({}); "
+            "c.parse_protocol({}); "
             "after = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}; "
             "print(repr((sorted(before), sorted(after))))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -58,12 +57,21 @@ def test_the_library_loads_nothing_of_the_harness_to_check_its_config():
     before, after = map(set, ast.literal_eval(done.stdout.strip().splitlines()[-1]))
     assert before & harness == set()
     assert after & harness == set()
-    code = code.replace("c.parse_config({})", "c.parse_config({'attack': 'curious'})")
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+    refuse = (
+        "import sys, fedkmeans.config as c\n"
+        "try:\n"
+        "    c.parse_protocol({'attack': 'curious'})\n"
+        "except c.ConfigError as e:\n"
+        "    assert \"unknown config key(s) ['attack']\" in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('attack accepted')\n"
+        "after = {m.split('.')[1] for m in sys.modules if m.startswith('fedkmeans.')}\n"
+        "print(repr(sorted(after)))\n")
+    done = subprocess.run([sys.executable, "-c", refuse], env=env, cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    _, after = map(set, ast.literal_eval(done.stdout.strip().splitlines()[-1]))
-    assert "attacks" in after
+    after = set(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+    assert after & harness == set()
 
 
 def test_the_architecture_page_is_an_overview():

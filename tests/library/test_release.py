@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from conftest import PAPER
 
-from fedkmeans.config import parse_config
+from fedkmeans.config import parse_protocol
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.server.context import ServerContext
 from fedkmeans.server.replies import Replies
 
 
 def _context(releases, **overrides):
-    config = parse_config({**PAPER, "privacy.level": "client", **overrides})
+    config = parse_protocol({**PAPER, "privacy.level": "client", **overrides})
     return ServerContext.of(config, None, np.zeros((1, 1)), {r.stage: r for r in releases})
 
 
@@ -126,7 +126,7 @@ def test_a_release_refuses_a_ledger_derived_from_other_bounds(aggregated):
 
     release = Release("init-3/sums", "gaussian", 550.0, 5.0, 1.0, "init-3")
     seen = _Seen()
-    config = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    config = parse_protocol({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
     ctx = ServerContext.of(config, None, np.zeros((1, 1)), {release.stage: release},
                            observers=[seen])
     replies = (Replies(np.arange(1), {"sums": np.zeros((1, 4, 4))}, aggregated=True,
@@ -138,7 +138,7 @@ def test_a_release_refuses_a_ledger_derived_from_other_bounds(aggregated):
         ctx.release(replies, "sums", "init-3/sums")
     assert ctx.accountant.releases == () and seen.stages == []
     # the same release, by a context whose clip gives its sensitivity: released
-    clipped = ServerContext.of(parse_config({**PAPER, "privacy.level": "client"}), None,
+    clipped = ServerContext.of(parse_protocol({**PAPER, "privacy.level": "client"}), None,
                                np.zeros((1, 1)), {release.stage: release})
     clipped.release(replies, "sums", "init-3/sums")
     assert clipped.accountant.releases == (release,)
@@ -149,8 +149,8 @@ def test_the_context_after_the_plan_is_a_new_one_and_the_first_is_unchanged():
     sharing the runner, ledger and record; neither can be re-pointed."""
     import dataclasses
 
-    declared = parse_config({**PAPER, "privacy.level": "client"})
-    resolved = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    declared = parse_protocol({**PAPER, "privacy.level": "client"})
+    resolved = parse_protocol({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
     estimate = Release("estimate/estimates", "gaussian", 2.0, 1.0, 1.0, "estimate")
     sums = Release("init-3/sums", "gaussian", 110.0, 5.0, 1.0, "init-3")
     first = ServerContext.of(declared, None, np.zeros((1, 1)), {estimate.stage: estimate})
@@ -177,8 +177,8 @@ def test_the_pool_after_the_plan_sends_the_new_settings_and_the_first_keeps_its_
     from fedkmeans.server.pool import ClientPool
     from fedkmeans.server.secagg import SecAggAggregator
 
-    declared = parse_config({**PAPER, "privacy.level": "client"})
-    resolved = parse_config({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
+    declared = parse_protocol({**PAPER, "privacy.level": "client"})
+    resolved = parse_protocol({**PAPER, "privacy.level": "client", "privacy.clip-sums": 110.0})
     pool = ClientPool(None, declared.federation, node_clients={7: np.arange(3)}, dim=2,
                       settings={"clip": "declared"})
     first = ServerContext.of(declared, pool, np.zeros((1, 2)), {})

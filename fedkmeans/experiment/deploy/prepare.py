@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fedkmeans.config import parse_config
 from fedkmeans.data.mixture import mixture_client, mixture_server
 from fedkmeans.data.npz import load_npz, save_npz
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.deploy.layout import (
     SERVER_DATA_MODES,
     DeploymentError,

@@ -23,7 +23,8 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10 (tomli comes with flwr)
     import tomli as tomllib
 
-from fedkmeans.config import nested_config, parse_config
+from fedkmeans.config import nested_config
+from fedkmeans.experiment.config import parse_config
 from fedkmeans.experiment.deploy.commands import (
     flwr_cli,
     json_output,
