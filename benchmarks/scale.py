@@ -465,7 +465,7 @@ def _with_ratios(rows: list[dict]) -> list[dict]:
     def key(r):
         return tuple(str(r[k]) for k in ("clients", "nodes", "points_per_client", "dim"))
 
-    from fedkmeans.plugins import ENGINES
+    from fedkmeans.experiment.registries import ENGINES
 
     def here(r):  # the in-process engine: the ClientApp runs in this process
         return not ENGINES[r["engine"]].separate_processes

@@ -27,10 +27,10 @@ from results_table import markdown_table, write_csv
 from fedkmeans import client_app
 from fedkmeans.experiment.cli import run_flat
 from fedkmeans.experiment.config import parse_config
+from fedkmeans.experiment.registries import ENGINES
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import partitioned_grid
 from fedkmeans.node import NodeData
-from fedkmeans.plugins import ENGINES
 from fedkmeans.privacy.distributed import node_contribution
 from fedkmeans.seeding import generator
 from fedkmeans.server.observer import RunObserver

@@ -79,7 +79,7 @@ def cache_budget(node_cache_mb: float, engine: str = "flower") -> int:
     """
     if node_cache_mb > 0:
         return int(node_cache_mb * 2**20)
-    from fedkmeans.plugins import ENGINES
+    from fedkmeans.experiment.registries import ENGINES
 
     separate = engine not in ENGINES.names() or ENGINES[engine].separate_processes
     return max(64 * 2**20, int(machine_memory() * AUTO_CACHE_FRACTION[separate]))

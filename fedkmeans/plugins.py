@@ -2,8 +2,8 @@
 
 A :class:`Registry` maps a name (the config value: ``algorithm = kfed``) to one object
 that says everything about it. Every registry of the project is one: the algorithms
-(:class:`fedkmeans.algorithms.Algorithm`), attacks (:class:`fedkmeans.attacks.Attack`)
-and engines (:class:`fedkmeans.experiment.engines.Engine`) here; the data sets
+(:class:`fedkmeans.algorithms.Algorithm`) here; the harness's attacks and engines
+(:mod:`fedkmeans.experiment.registries`); the data sets
 (:data:`fedkmeans.data.catalog.DATASETS`, with aliases, subscribers and the
 ``fedkmeans.datasets`` entry points); the protocol stages
 (:mod:`fedkmeans.stages.spec`, whose subscriber is the ClientApp); the noise
@@ -25,7 +25,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["ALGORITHMS", "ATTACKS", "ENGINES", "Registry"]
+__all__ = ["ALGORITHMS", "Registry"]
 
 T = TypeVar("T")
 
@@ -146,7 +146,3 @@ class Registry(Generic[T]):
 
 #: name -> :class:`fedkmeans.algorithms.Algorithm`.
 ALGORITHMS: Registry = Registry("algorithm", "fedkmeans.algorithms")
-#: name -> :class:`fedkmeans.attacks.Attack`.
-ATTACKS: Registry = Registry("attack", "fedkmeans.attacks")
-#: name -> :class:`fedkmeans.experiment.engines.Engine`.
-ENGINES: Registry = Registry("engine", "fedkmeans.experiment.engines")

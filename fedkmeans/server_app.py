@@ -3,7 +3,7 @@
 Thin by design: validation is :func:`fedkmeans.experiment.config.from_run_config` (before any
 message is sent) and the protocol is :func:`fedkmeans.experiment.runner.run_server`. This module
 is where a run is composed: it builds the observers of the configured attack (the
-curious server with ``attack = curious``, :data:`fedkmeans.plugins.ATTACKS`) and hands
+curious server with ``attack = curious``, :data:`fedkmeans.experiment.registries.ATTACKS`) and hands
 them to the honest runner (the runner never builds one).
 """
 
@@ -17,9 +17,10 @@ from flwr.serverapp import Grid, ServerApp
 from fedkmeans.console import log_through_flower
 from fedkmeans.experiment.config import ExperimentConfig, check_no_idle_keys, from_run_config
 from fedkmeans.experiment.flower_logging import one_line_failure
+from fedkmeans.experiment.registries import attack
 from fedkmeans.experiment.runner import run_server
 from fedkmeans.local_grid import hand_back
-from fedkmeans.server.observer import RunObserver, attack
+from fedkmeans.server.observer import RunObserver
 
 app = ServerApp()
 

@@ -22,11 +22,11 @@ Two modules drive the real server code instead (and so import it):
 The command line of the audits (canary game and release path) is :mod:`fedkmeans.experiment.audit`.
 
 Importing this package registers the built-in attacks (``attack = none | curious``;
-:data:`fedkmeans.plugins.ATTACKS`, :class:`fedkmeans.server.observer.Attack`).
+:data:`fedkmeans.experiment.registries.ATTACKS`, :class:`~fedkmeans.experiment.registries.Attack`).
 """
 
 from fedkmeans.attacks.curious import AttackSettings, CuriousObserver, build_curious_server
-from fedkmeans.server.observer import Attack, register_attack
+from fedkmeans.experiment.registries import Attack, register_attack
 
 #: ``attack = none``: the honest server alone.
 NONE = register_attack(Attack("none", lambda config: [], "the honest server alone"))

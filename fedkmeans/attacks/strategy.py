@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid, PrivacySpent
 from flwr.serverapp.strategy import Strategy
 
-from fedkmeans.server.observer import attack
+from fedkmeans.experiment.registries import attack
 from fedkmeans.spill_files import write_owner_only
 from fedkmeans.strategies import KMeansResult, KMeansStrategy
 

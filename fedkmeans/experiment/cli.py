@@ -57,8 +57,9 @@ from fedkmeans.experiment.config import (
 )
 from fedkmeans.experiment.engines import App, engine
 from fedkmeans.experiment.flower_logging import TRACEBACK_ENV
+from fedkmeans.experiment.registries import ATTACKS, ENGINES
 from fedkmeans.experiment.rundir import check_output_dir, default_output_dir, remove_unused_run_dir
-from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
+from fedkmeans.plugins import ALGORITHMS
 from fedkmeans.tuning.hand import check_declared_radius
 
 #: One short random id per process: Hydra's run and sweep directories end with it, so

@@ -44,7 +44,7 @@ from fedkmeans.config import (
 )
 from fedkmeans.data import catalog
 from fedkmeans.data.catalog import EVERY_RUN_DATA_KEYS
-from fedkmeans.plugins import ATTACKS, ENGINES
+from fedkmeans.experiment.registries import ATTACKS, ENGINES
 from fedkmeans.schema import (
     Constraint,
     Dependent,
@@ -223,7 +223,7 @@ class ExperimentConfig:
     optimal_cost: str = key("compute", one_of(("compute", "skip"), note=(
         " (skip: no reference cost, e.g. at scale or when the server cannot load client "
         "data)")))
-    #: A registered attack (:data:`fedkmeans.plugins.ATTACKS`); results go
+    #: A registered attack (:data:`fedkmeans.experiment.registries.ATTACKS`); results go
     #: to ``result.json`` under ``attack``.
     attack: str = key("none", Dependent(lambda c: registered(ATTACKS, "none", c.attack)))
     data: DataConfig = DataConfig()

@@ -19,24 +19,21 @@ hook                   when                                         called by
 ``summary_lines``      the console lines of that section            the runner
 =====================  ===========================================  =====================
 
-An :class:`Attack` is what ``attack = <name>`` selects: a function from the config to
-the run's observers, registered by name (:func:`register_attack`, the registry
-:data:`fedkmeans.plugins.ATTACKS`).
+What ``attack = <name>`` selects (an observer's builder, by name) is the harness's
+(:mod:`fedkmeans.experiment.registries`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
 from fedkmeans.config import ProtocolConfig
-from fedkmeans.plugins import ATTACKS
 from fedkmeans.server.replies import Replies
 
-__all__ = ["Attack", "RunObserver", "attack", "register_attack"]
+__all__ = ["RunObserver"]
 
 
 class RunObserver:
@@ -78,34 +75,3 @@ class RunObserver:
     def summary_lines(self, report: dict) -> list[str]:
         """The console lines of :meth:`report`'s section."""
         return []
-
-
-@dataclass(frozen=True)
-class Attack:
-    """What ``attack = <name>`` selects.
-
-    Attributes
-    ----------
-    name : str
-        The config value.
-    build : callable
-        ``build(config) -> list of RunObserver``: the observers of a run (empty: the
-        honest server alone); ``config`` is the caller's (the harness's experiment
-        config, or a strategy's :class:`~fedkmeans.config.ProtocolConfig`).
-    summary : str
-        One line for listings.
-    """
-
-    name: str
-    build: Callable[[Any], list[RunObserver]]
-    summary: str = ""
-
-
-def register_attack(new: Attack) -> Attack:
-    """Add ``new`` to the registry under its name (the config accepts it from now on)."""
-    return ATTACKS.register(new.name, new)
-
-
-def attack(name: str) -> Attack:
-    """The registered attack ``name``."""
-    return ATTACKS[name]

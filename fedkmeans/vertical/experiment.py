@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedkmeans.experiment.engines.base import App
-from fedkmeans.plugins import ENGINES
+from fedkmeans.experiment.registries import ENGINES
 from fedkmeans.vertical.config import DEFAULTS, parse_vertical_config
 
 __all__ = ["APP_DIR", "run"]
@@ -42,7 +42,7 @@ def run(
     overrides : mapping, optional
         Flat run-config keys (see :data:`fedkmeans.vertical.config.DEFAULTS`).
     engine : str
-        A registered engine (:data:`fedkmeans.plugins.ENGINES`):
+        A registered engine (:data:`fedkmeans.experiment.registries.ENGINES`):
         ``flower`` runs ``flwr run apps/vertical`` with ``parties`` SuperNodes in a
         private FLWR_HOME and stops every process it started.
     num_cpus : int

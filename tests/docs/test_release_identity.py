@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import release_identity  # noqa: E402
 
 from fedkmeans.experiment.config import parse_config, validate  # noqa: E402
-from fedkmeans.plugins import ALGORITHMS, ENGINES  # noqa: E402
+from fedkmeans.experiment.registries import ENGINES  # noqa: E402
+from fedkmeans.plugins import ALGORITHMS  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(release_identity.CONFIGS))

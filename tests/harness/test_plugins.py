@@ -22,8 +22,8 @@ from fedkmeans.algorithms import algorithm
 from fedkmeans.config import ConfigError
 from fedkmeans.experiment import run
 from fedkmeans.experiment.config import parse_config
-from fedkmeans.plugins import ALGORITHMS, ATTACKS, ENGINES
-from fedkmeans.server.observer import Attack, register_attack
+from fedkmeans.experiment.registries import ATTACKS, ENGINES, Attack, register_attack
+from fedkmeans.plugins import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["data.num-clients=8", "data.points-per-client=60", "data.dim=6",

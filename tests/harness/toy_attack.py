@@ -5,7 +5,8 @@ whose broadcast, replies and releases the server saw, from the declared hooks of
 :class:`fedkmeans.server.observer.RunObserver`. Importing this file registers it.
 """
 
-from fedkmeans.server.observer import Attack, RunObserver, register_attack
+from fedkmeans.experiment.registries import Attack, register_attack
+from fedkmeans.server.observer import RunObserver
 
 
 class RoundCounter(RunObserver):

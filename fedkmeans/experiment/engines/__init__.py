@@ -1,7 +1,7 @@
 """Engines that run a Flower app: the in-process Grid and a real ``flwr run``.
 
 Each is one :class:`~fedkmeans.experiment.engines.base.Engine`, registered by name
-(``federation.engine``; :data:`fedkmeans.plugins.ENGINES`). Importing this package
+(``federation.engine``; :data:`fedkmeans.experiment.registries.ENGINES`). Importing this package
 registers both; their modules (Flower, Ray) are imported only when a run starts.
 """
 

@@ -6,7 +6,7 @@ when the app ran in other processes.
 
 Both apps (:mod:`fedkmeans.experiment`, :mod:`fedkmeans.vertical.experiment`) describe
 themselves as an :class:`App` and hand it to the engine the config names
-(``federation.engine``; :data:`fedkmeans.plugins.ENGINES`), so neither branches on
+(``federation.engine``; :data:`fedkmeans.experiment.registries.ENGINES`), so neither branches on
 the engine's name. An engine imports the app's components by their Flower
 ``module:attribute`` references when it runs, never the apps' modules themselves.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fedkmeans.plugins import ENGINES
+from fedkmeans.experiment.registries import ENGINES
 
 __all__ = ["App", "Engine", "engine", "load_component", "register_engine"]
 
