@@ -109,9 +109,9 @@ def centers_from(declared: ProtocolConfig, config: ProtocolConfig,
 def _why_server(check: dict) -> str:
     """Why the final choice kept the server's answer, from the margins it decided on.
 
-    The choice (:func:`fedkmeans.stages.check.returns_protocol`) reads two releases:
-    the widely clipped difference (``margin_sigmas``) and the typically clipped one
-    (``margins_sigmas[1]``), and needs the first to be able to reach
+    The choice (:func:`fedkmeans.stages.check.returns_protocol`) reads the two
+    coordinates of one release: the widely clipped difference (``margin_sigmas``) and
+    the typically clipped one (``margins_sigmas[1]``), and needs the first to be able to reach
     ``POWER_STDS`` noise standard deviations; the sentence names the condition that
     failed, so it never says "not below" of a margin that was below.
     """

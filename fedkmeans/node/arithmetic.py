@@ -256,8 +256,7 @@ class StageArithmetic:
                     segment if mapped else transform.apply(segment), owner[start:end],
                     len(clients), centers, alternative, clips)
                 start = end
-        return {"cost_difference": self._clip_rows("cost_difference", rows[:, :1].copy()),
-                "cost_sign": self._clip_rows("cost_sign", rows[:, 1:].copy())}
+        return {"cost_difference": self._clip_rows("cost_difference", rows)}
 
     def estimates(self, clients: Sequence[int]) -> dict[str, np.ndarray]:
         """The estimate round: each client's row of public-bin histograms, (m, width).

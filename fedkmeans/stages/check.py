@@ -10,9 +10,13 @@ tau_n <= tau. Every client answers with two numbers, each in units of its clip,
     N_j = sum_{p in client j} clip(d(p, A)^2 - d(p, B)^2, -tau_n, tau_n) / tau_n,
 
 over the client's points before the clip to the data radius (mapped by the public
-transform, the space of A and B; ``NodeData.arithmetic.cost_differences``). The server releases
-``sum_j D_j`` and ``sum_j N_j``, each with Gaussian noise (half of the check's budget
-share each), multiplies each by its clip (post-processing) and answers with A only if
+transform, the space of A and B; ``NodeData.arithmetic.cost_differences``). The server
+releases the vector ``(sum_j D_j, sum_j N_j)`` once, with Gaussian noise on the whole
+check share (one release, so each coordinate has the noise one release of the share
+has, not that of half a share: the calibration splits epsilon linearly in the weights,
+and two releases of half the weight each had 1.34 x this noise per coordinate, at half
+the zCDP cost; below), multiplies each coordinate by its clip (post-processing) and answers
+with A only if
 the wide sum is below ``-z sigma`` (``z = CHOICE_STDS``, the standard normal
 ``1 - CHOICE_ERROR`` quantile), the wide release can reach ``POWER_STDS`` of its sigmas
 at all (:func:`largest_unit_sum`), and either the narrow sum confirms (below ``-z
@@ -66,18 +70,29 @@ veto returned protocol centers at 2.78 x optimal on a wide sum of -1.88 sigma (c
 level, eps = 3; 1 of 360 runs): hence the strong branch at ``2 z``, chosen by replaying
 the released margins of those 420 runs (``docs/tuning.md``, step 3).
 
-Sensitivity of ``cost_difference`` and ``cost_sign`` (statistics of shape (1,), norm
-l2; each a separate release):
+Sensitivity of ``cost_difference``, the vector ``(D_j, N_j)`` (shape (2,), norm l2;
+one release):
 
-* data-point level: one point of a client adds or removes one term, which the clip
-  keeps in ``[-1, 1]`` in units of the clip, whatever clip the server sent:
-  ``(l1, l2) = (1, 1)`` per point. The server's clip of a client's value to ``n_max``
-  in absolute value is a projection (1-Lipschitz), so the clipped sum moves by at most
-  **1** (:mod:`fedkmeans.privacy.budget`); the noise standard deviation in cost units is
-  the clip times the unit release's.
-* client level: each client clips ``|D_j|`` (and ``|N_j|``) to ``C =
-  max-points-per-client`` (the largest client, each point at the clip), and the server
-  re-clips; adding or removing a client moves each sum by at most **C**.
+* data-point level: one point of a client adds or removes one term in each coordinate,
+  which the clips keep in ``[-1, 1]`` in units of each clip, whatever clips the server
+  sent: ``(l1, l2) = (2, sqrt 2)`` per point. The server's l2 clip of a client's vector
+  to ``n_max sqrt 2`` is a projection onto a convex set (1-Lipschitz), so the clipped
+  sum moves by at most **sqrt 2** in l2 (:mod:`fedkmeans.privacy.budget`); the noise
+  standard deviation of each coordinate in cost units is its clip times the unit
+  release's.
+* client level: each client clips its vector in l2 to ``sqrt 2 C``, ``C =
+  max-points-per-client`` (the largest client, each point at both clips: ``|D_j|,
+  |N_j| <= C``, so an honest client of at most C points is never clipped), and the
+  server re-clips; adding or removing a client moves the sum by at most **sqrt 2 C**.
+
+Against the two releases of half the share each before (sensitivity 1, resp. C, each):
+the same zCDP per unit of noise (``rho = Delta^2 / (2 sigma^2)``: ``2 / (2 sigma^2)``
+for the pair, ``(sqrt 2)^2 / (2 sigma^2)`` for the vector), but the calibration splits
+epsilon linearly in the weights, which gave each half-share release more noise than
+one release of the whole share has per coordinate. With the paper's split, share 0.1, T = 1 and
+epsilon 0.5 to 3 at both levels (:func:`fedkmeans.privacy.calibration.calibrate`),
+each coordinate's noise is 0.746 x the pair's, the check's part of the composed zCDP
+goes from 0.3-0.6 % to 0.6-1.1 %, and every other release's noise grows by 0.3-0.4 %.
 
 A clip that depends on A does not change these: the sensitivity is that of the unit
 statistic, fixed before the round; the clip only sets the unit (an adaptive choice of
@@ -103,7 +118,7 @@ from fedkmeans.privacy.registry import GAUSSIAN
 from fedkmeans.stages.context import StageContext
 from fedkmeans.stages.spec import ReleaseRule, Stage, Statistic, check_runs, register
 
-__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "COST_SIGN", "POWER_STDS",
+__all__ = ["CHECK", "CHOICE_ERROR", "CHOICE_STDS", "COST_DIFFERENCE", "POWER_STDS",
            "STRONG_STDS", "check_clip",
            "check_clip_of", "check_runs", "cost_differences", "final_check",
            "largest_unit_sum", "returns_protocol", "server_only_centers",
@@ -165,22 +180,14 @@ def check_clip_of(privacy: PrivacySettings) -> float:
 
 COST_DIFFERENCE = Statistic(
     "cost_difference", "l2",
-    # in units of the clip tau: one point moves a client's value by at most 1
-    per_point=lambda privacy: (1.0, 1.0),
+    # (wide, narrow), each in units of its clip: one point moves each by at most 1
+    per_point=lambda privacy: (2.0, math.sqrt(2.0)),
     # the largest client, not the count bound: a choice biased by clipping the large
     # clients is not protected by the noise margin (diamonds, client eps = 1: with
     # tau * clip-counts the protocol's centers were returned in 3 of 5 seeds, each worse
-    # than the server's, by up to 16 %)
-    client_bound=lambda privacy: float(privacy.max_points_per_client),
-    shape=lambda k, d, m: (1,),
-)
-#: The same difference clipped at the typical cost of one point (:func:`typical_clip`), in
-#: units of that clip: nearly a sign test, powerful when A is worse almost everywhere.
-COST_SIGN = Statistic(
-    "cost_sign", "l2",
-    per_point=lambda privacy: (1.0, 1.0),
-    client_bound=lambda privacy: float(privacy.max_points_per_client),
-    shape=lambda k, d, m: (1,),
+    # than the server's, by up to 16 %); sqrt(2): both coordinates at C
+    client_bound=lambda privacy: math.sqrt(2.0) * float(privacy.max_points_per_client),
+    shape=lambda k, d, m: (2,),
 )
 
 
@@ -234,6 +241,8 @@ def cost_differences(
 ) -> np.ndarray:
     """Per-client ``sum clip(d(p, A)^2 - d(p, B)^2, -tau, tau) / tau`` for every tau.
 
+    The node sends the (wide, narrow) columns as one row, ``(D_j, N_j)``.
+
     In units of tau, so that one point moves a client's value by at most 1 whatever
     tau the server sent.
 
@@ -282,7 +291,11 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     the narrow difference is below ``-z sigma_n``, or the wide one below
     ``-STRONG_STDS sigma`` with the narrow one below ``+z sigma_n``.
 
-    Records in ``ctx.check``: ``chosen``; ``noisy_difference`` (the wide one, in cost
+    Both differences come from one release of ``(sum_j D_j, sum_j N_j)`` in units of
+    ``(tau, tau_n)``, so each coordinate's unit noise standard deviation is the
+    release's.
+
+    Records in ``ctx.record.check``: ``chosen``; ``noisy_difference`` (the wide one, in cost
     units), ``noise_std`` (its sigma), ``clip`` (tau); ``narrow_difference``,
     ``narrow_noise_std``, ``narrow_clip``; ``margins_sigmas`` (both, over their sigma:
     post-processing of the releases, fine to print); ``margin_sigmas``, the wide one
@@ -290,7 +303,7 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
     (not powered, or the wide margin within ``z`` of 0: the release could not tell the
     two answers apart); ``threshold_sigmas`` (``-z``).
     """
-    unit = [ctx.releases[f"{CHECK.group}/{s.name}"].noise_scale for s in CHECK.statistics]
+    unit = ctx.releases[f"{CHECK.group}/{COST_DIFFERENCE.name}"].noise_scale
     reach = largest_unit_sum(ctx.estimates, ctx.config.privacy)
 
     def compute() -> dict[str, np.ndarray]:
@@ -304,22 +317,21 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
                             {"centers": centers, "alternative": alternative, "clip": clips},
                             expected=CHECK.expected(ctx.k, ctx.pool.dim))
         released = CHECK.release(ctx, replies, CHECK.group)
-        noisy = clips * np.array([float(released[s.name][0]) for s in CHECK.statistics])
-        sigmas = np.array(unit) * clips
-        wide, narrow = noisy / sigmas
-        kept = returns_protocol(float(wide), float(narrow), reach / unit[0])
+        noisy = clips * np.asarray(released[COST_DIFFERENCE.name], dtype=np.float64)
+        wide, narrow = noisy / (unit * clips)
+        kept = returns_protocol(float(wide), float(narrow), reach / unit)
         return {"centers": centers if kept else alternative, "clip": clips,
                 "noisy_difference": noisy, "kept": np.array([kept])}
 
     out = ctx.round(CHECK.group, compute)
     noisy, clips = out["noisy_difference"], out["clip"]
-    sigmas = np.array(unit) * clips
+    sigmas = unit * clips
     margins = noisy / sigmas
     margin = float(margins[0])
-    powered = reach >= POWER_STDS * unit[0]
+    powered = reach >= POWER_STDS * unit
     ctx.record.check = {
         "chosen": "protocol" if bool(out["kept"][0]) else "server-only",
-        "reach_sigmas": reach / unit[0],
+        "reach_sigmas": reach / unit,
         "powered": bool(powered),
         "noisy_difference": float(noisy[0]),
         "noise_std": float(sigmas[0]),
@@ -349,12 +361,10 @@ def final_check(ctx: StageContext, centers: np.ndarray) -> np.ndarray:
 
 
 CHECK = register(Stage(
-    "check", "check", (COST_DIFFERENCE, COST_SIGN),
+    "check", "check", (COST_DIFFERENCE,),
     client=lambda node, clients, a: node.arithmetic.cost_differences(
         clients, a["centers"], a["alternative"], a["clip"] if "clip" in a else None),
     server=final_check,
     releases=(ReleaseRule(COST_DIFFERENCE, lambda p: GAUSSIAN.name,
-                          lambda p: p.check_share / 2),
-              ReleaseRule(COST_SIGN, lambda p: GAUSSIAN.name,
-                          lambda p: p.check_share / 2)),
+                          lambda p: p.check_share),),
 ))

@@ -84,12 +84,15 @@ def test_the_wide_clip_bites_on_no_point_within_r_of_its_nearest_center(seed):
     assert np.abs(diff[~near]).max() > 0.5 * tau  # and the bound is not loose by far
 
 
-@pytest.mark.parametrize("name", ["cost_difference", "cost_sign"])
 @pytest.mark.parametrize("level,sensitivity,server_bound", [
-    ("datapoint", 1.0, 40.0),   # one point: one term in [-1, 1] (units of tau); clip n_max
-    ("client", 40.0, 40.0),     # one client: |D_j| <= max-points-per-client
+    # one point: one term in [-1, 1] in each coordinate (units of its clip): |.|_2 <= sqrt 2;
+    # the server clips a client's (wide, narrow) to n_max sqrt 2
+    ("datapoint", math.sqrt(2.0), 40.0 * math.sqrt(2.0)),
+    # one client: |D_j|, |N_j| <= max-points-per-client each, so |(D_j, N_j)|_2 <= 40 sqrt 2
+    ("client", 40.0 * math.sqrt(2.0), 40.0 * math.sqrt(2.0)),
 ])
-def test_the_check_sensitivity(name, level, sensitivity, server_bound):
+def test_the_check_sensitivity(level, sensitivity, server_bound):
+    name = "cost_difference"
     privacy = parse_config({**PAPER, "privacy.level": level, "privacy.check-clip": 0.5,
                             "privacy.clip-counts": 30.0, "privacy.check-share": 0.1,
                             "privacy.max-points-per-client": 40}).privacy
@@ -98,7 +101,9 @@ def test_the_check_sensitivity(name, level, sensitivity, server_bound):
     plan = {r.stage: r for r in release_plan("feddp-kmeans", privacy)}
     assert plan[f"check/{name}"].mechanism == "gaussian"
     assert plan[f"check/{name}"].sensitivity == sensitivity
-    assert plan[f"check/{name}"].weight == 0.05  # half the share each
+    assert plan[f"check/{name}"].weight == 0.1  # one release: the whole share
+    assert not any(stage.startswith("check/") and stage != "check/cost_difference"
+                   for stage in plan)
 
 
 def test_no_check_without_noise_or_without_a_share():
@@ -133,7 +138,7 @@ def test_auto_gives_the_check_its_fraction_of_the_budget(small_config, noiseless
     plan = release_plan("feddp-kmeans", chosen.privacy)
     checks = [r for r in plan if r.group == "check"]
     share = sum(r.weight for r in checks) / sum(r.weight for r in plan)
-    assert [r.stage for r in checks] == ["check/cost_difference", "check/cost_sign"]
+    assert [r.stage for r in checks] == ["check/cost_difference"]
     assert share == pytest.approx(resolve.CHECK_FRACTION)
     # the clip is set in the check round, from A, B and Q
     assert chosen.privacy.check_clip == record["chosen"]["check_clip"] == "auto"
@@ -156,15 +161,17 @@ def test_the_check_replaces_bad_centers_by_the_server_only_answer(small_config, 
     assert result["check"]["noisy_difference"] > 0
     np.testing.assert_array_equal(result["centers"], server["centers"])
     released = {r["stage"]: r for r in result["privacy"]["releases"]}
-    assert released["check/cost_difference"]["sensitivity"] == 1.0  # in units of tau
-    assert released["check/cost_sign"]["sensitivity"] == 1.0
+    # (wide, narrow) in units of (tau, tau_n): sqrt 2 per point
+    assert released["check/cost_difference"]["sensitivity"] == math.sqrt(2.0)
+    assert "check/cost_sign" not in released
     assert result["privacy"]["epsilon"] <= result["privacy"]["target_epsilon"]
     # each margin in its noise standard deviations (tau times the unit release's); the
     # decision's is the larger one, and centers_from says it
     check = result["check"]
     assert check["clip"] == 2.0 and check["narrow_clip"] <= 2.0
     sigma = released["check/cost_difference"]["noise_scale"] * check["clip"]
-    narrow = released["check/cost_sign"]["noise_scale"] * check["narrow_clip"]
+    # one release: both coordinates have the same noise in units of their clips
+    narrow = released["check/cost_difference"]["noise_scale"] * check["narrow_clip"]
     assert check["noise_std"] == pytest.approx(sigma)
     margins = [check["noisy_difference"] / sigma, check["narrow_difference"] / narrow]
     assert check["margins_sigmas"] == pytest.approx(margins)
@@ -229,14 +236,34 @@ def test_the_clients_compare_on_their_points_before_the_radius_clip(tmp_path):
     # as loaded: 9 - 0, 0.25 - 9.25, 16 - 49 -> clipped to [-20, 20], over 20: 0 and -1
     # (on the radius-clipped points client 0 would send ((4 - 1) + (0.25 - 9.25)) / 20)
     out = node.arithmetic.cost_differences([0, 1], a, b)
-    np.testing.assert_array_equal(out["cost_difference"], [[0.0], [-1.0]])
-    np.testing.assert_array_equal(out["cost_sign"], [[0.0], [-1.0]])
+    np.testing.assert_array_equal(out["cost_difference"], [[0.0, 0.0], [-1.0, -1.0]])
     np.testing.assert_array_equal(node.arithmetic.cost_differences([1], a, b)["cost_difference"],
-                                  [[-1.0]])
+                                  [[-1.0, -1.0]])
     # the clips the server sent: wide 40 (-33 / 40), narrow 5 (9 and -9 at +-1)
     sent = node.arithmetic.cost_differences([0, 1], a, b, np.array([40.0, 5.0]))
-    np.testing.assert_array_equal(sent["cost_difference"], [[0.0], [-0.825]])
-    np.testing.assert_array_equal(sent["cost_sign"], [[0.0], [-1.0]])
+    np.testing.assert_array_equal(sent["cost_difference"], [[0.0, 0.0], [-0.825, -1.0]])
+
+
+def test_a_client_s_wide_and_narrow_sums_are_clipped_together_to_c_sqrt_2(tmp_path):
+    """Client level: the row (D_j, N_j) is clipped in l2 to sqrt 2 max-points-per-client."""
+    from fedkmeans.node import NodeData
+
+    path = tmp_path / "three.npz"
+    # client 0: three points at 0 (d(p, A)^2 - d(p, B)^2 = 0 - 9 = -9 each); client 1: one
+    np.savez(path, x=np.array([[0.0, 0.0]] * 3 + [[0.0, 0.0]]), client=np.array([0, 0, 0, 1]),
+             server_x=np.array([[0.0, 0.0], [1.0, 1.0]]))
+    config = parse_config({"data.name": "npz", "data.path": str(path), "k": 1,
+                           "privacy.level": "client", "privacy.data-radius": 2.0,
+                           "privacy.check-share": 0.1, "privacy.check-clip": 20.0,
+                           "privacy.max-points-per-client": 1})
+    node = NodeData.load(config, 0, 1)
+    a, b = np.array([[0.0, 0.0]]), np.array([[3.0, 0.0]])
+    sent = node.arithmetic.cost_differences([0, 1], a, b, np.array([18.0, 6.0]))
+    # client 0: (3 * -9 / 18, 3 * -1) = (-1.5, -3), norm 3.354 > sqrt 2: scaled by
+    # sqrt 2 / sqrt(1.5^2 + 3^2) = 0.4216; client 1: (-0.5, -1), norm 1.118, kept
+    scale = math.sqrt(2.0) / math.sqrt(1.5 ** 2 + 3.0 ** 2)
+    np.testing.assert_allclose(sent["cost_difference"],
+                               [[-1.5 * scale, -3.0 * scale], [-0.5, -1.0]], rtol=1e-12)
 
 
 def test_the_summary_says_when_the_margin_was_within_noise():
