@@ -554,6 +554,14 @@ def build_config(defaults: Any, flat: Mapping[str, Any]) -> Any:
                                     for name, values in sections.items()})
 
 
+def refuse_unknown_keys(flat: Mapping[str, Any], known: Collection[str]) -> None:
+    """Raise :class:`ConfigError` naming every key of ``flat`` not in ``known`` (in its order)."""
+    unknown = sorted(set(flat) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {unknown}; valid keys are: {', '.join(known)}")
+
+
 def parse_protocol(flat: Mapping[str, Any]) -> ProtocolConfig:
     """Build and validate a :class:`ProtocolConfig` from a flat dotted mapping.
 
@@ -573,11 +581,7 @@ def parse_protocol(flat: Mapping[str, Any]) -> ProtocolConfig:
     ConfigError
         Unknown key, wrong type, or a value outside its allowed range.
     """
-    defaults = _defaults()._flat
-    unknown = sorted(set(flat) - set(defaults))
-    if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {unknown}; valid keys are: {', '.join(defaults)}")
+    refuse_unknown_keys(flat, _defaults()._flat)
     config = build_config(_defaults(), flat)
     validate_protocol(config)
     return config

@@ -40,6 +40,7 @@ from fedkmeans.config import (
     hashable_items,
     idle_key_error,
     protocol_keys,
+    refuse_unknown_keys,
     reset_keys,
 )
 from fedkmeans.data import catalog
@@ -321,12 +322,7 @@ def parse_config(flat: Mapping[str, Any]) -> ExperimentConfig:
     ConfigError
         Unknown key, wrong type, or a value outside its allowed range.
     """
-    defaults = _defaults()._flat
-    unknown = sorted(set(flat) - set(defaults))
-    if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {unknown}; valid keys are: {', '.join(defaults)}"
-        )
+    refuse_unknown_keys(flat, _defaults()._flat)
     ours = set(protocol_keys())
     protocol = build_config(default_protocol(), {k: v for k, v in flat.items() if k in ours})
     harness = build_config(_defaults(), {k: v for k, v in flat.items() if k not in ours})
