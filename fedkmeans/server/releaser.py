@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
+from fedkmeans.config import PrivacySettings
 from fedkmeans.privacy import registry
 from fedkmeans.privacy.accountant import PrivacyLedger, Release
 from fedkmeans.privacy.budget import StatisticBound, joint_radii
@@ -72,7 +73,7 @@ class Releaser:
         Shown every release: ``on_release(stage, exact sum or None, released value)``.
     """
 
-    privacy: object
+    privacy: PrivacySettings
     private: bool
     releases: Mapping[str, Release]
     randomness: PrivateRandomness = field(default_factory=PrivateRandomness)

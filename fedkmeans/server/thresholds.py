@@ -58,7 +58,7 @@ import numpy as np
 
 from fedkmeans.artefacts import json_number
 from fedkmeans.clustering.distances import squared_distances
-from fedkmeans.config import AUTO
+from fedkmeans.config import AUTO, PrivacySettings
 from fedkmeans.privacy.accountant import Release
 from fedkmeans.privacy.registry import mechanism
 
@@ -158,7 +158,7 @@ class Thresholds:
         Feature dimension d.
     """
 
-    privacy: object
+    privacy: PrivacySettings
     private: bool
     k_auto: bool
     releases: Mapping[str, Release]
