@@ -100,11 +100,9 @@ def test_the_user_app_runs_under_flwr_run_with_the_curious_server(tmp_path):
     release_file = out / "release.json"
     assert release_file.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     release = json.loads(release_file.read_text())
-    # as in-process: the protocol's centers, or (the choice's margin within the noise or
-    # its two clips disagreeing) k-means on the app's fixed server points, 0.604 away
-    protocol = release["centers_from"].startswith("feddp-kmeans")
-    assert protocol or release["centers_from"].startswith("server-lloyds")
-    assert _near_modes(np.array(release["centers"])) < (0.5 if protocol else 0.61)
+    # as in-process: every mode has a center within 0.61, whichever answer is returned
+    assert release["centers_from"].startswith(("feddp-kmeans", "server-lloyds"))
+    assert _near_modes(np.array(release["centers"])) < 0.61
     assert release["privacy"]["level"] == "datapoint"
     assert 0 < release["privacy"]["epsilon"] <= release["privacy"]["target_epsilon"] == 1.0
     assert release["privacy"]["releases"] and "attack" not in release
