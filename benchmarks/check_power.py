@@ -3,6 +3,7 @@
     python benchmarks/check_power.py                       # federations, seeds 5-9, client
     python benchmarks/check_power.py --family uneven --seeds 0-5
     python benchmarks/check_power.py --from-csv            # redraw the md from the csv
+    python benchmarks/check_power.py --wide-clip server --name check-power-server-clip
 
 For every run (``FedDPKMeans``, only the data, ``X_server`` and k given, secret noise)
 this records what the check round's release was computed from, not the release: the
@@ -16,6 +17,12 @@ at the noise the two releases of half the share each had until issue 48's last s
 (``two releases``: each coordinate's noise times the factor :func:`split_factor`
 computes with the calibration on the paper's split). ``P(A)`` is the probability the
 run returns the protocol's centers A.
+
+``--wide-clip server`` measures a candidate, not the run's rule: the wide clip from B's
+centers alone, ``max_{c in B} (t_c + 2 r sqrt(t_c))``. A point whose nearest center of
+A and B is in B has a difference of at most that (``check_clip``'s derivation), so only
+A's gains are clipped and the bound on the true cost stays; a cluster of A that B lacks
+no longer widens the clip, and A's gain there is clipped.
 
 The default data are the federation generator's seeds 5-9 (``federations.py`` reports on
 seeds 0-4): a tuning set, so that the held-out benchmarks stay held out. Writes
@@ -68,7 +75,17 @@ def split_factor(epsilon: float, level: str) -> float:
     return scale_two["check/wide"] / scale_one["check/cost_difference"]
 
 
-def capture(x, ids, q, k, eps, seed, level) -> dict:
+def server_side_clip(server_x, centers, alternative) -> float:
+    """The candidate wide clip: :func:`~fedkmeans.stages.check.check_clip` over B's centers."""
+    from fedkmeans.clustering.distances import nearest_squared_distances
+
+    gaps = nearest_squared_distances(alternative, centers)
+    both = np.concatenate([centers, alternative])
+    r = float(np.sqrt(np.median(nearest_squared_distances(server_x, both))))
+    return max(float(np.max(gaps + 2.0 * r * np.sqrt(gaps))), np.finfo(float).tiny)
+
+
+def capture(x, ids, q, k, eps, seed, level, wide_clip: str = "run") -> dict:
     """One run: the check's exact unit sums, unit sigma, reach and the costs of A and B."""
     from fedkmeans import FedDPKMeans
     from fedkmeans.clustering.distances import nearest_squared_distances
@@ -76,7 +93,7 @@ def capture(x, ids, q, k, eps, seed, level) -> dict:
     from fedkmeans.stages import check
 
     seen: dict = {}
-    notify, differences = Releaser._notify, check.cost_differences
+    notify, differences, clip = Releaser._notify, check.cost_differences, check.check_clip
 
     def spy_notify(self, stage, before, after):
         if stage == "check/cost_difference" and before is not None:
@@ -91,11 +108,13 @@ def capture(x, ids, q, k, eps, seed, level) -> dict:
         return differences(points, owner, clients, centers, alternative, tau)
 
     Releaser._notify, check.cost_differences = spy_notify, spy_differences
+    if wide_clip == "server":
+        check.check_clip = server_side_clip
     try:
         fit = FedDPKMeans(n_clusters=k, epsilon=eps, level=level,
                           random_state=seed).fit(x, groups=ids, X_server=q)
     finally:
-        Releaser._notify, check.cost_differences = notify, differences
+        Releaser._notify, check.cost_differences, check.check_clip = notify, differences, clip
     info = fit.release_.get("check") or {}
     if "sums" not in seen:
         return {}
@@ -134,7 +153,7 @@ def runs(args) -> list[dict]:
         x, _, ids, q, _ = load()
         for level in args.levels.split(","):
             for eps in (float(e) for e in args.epsilons.split(",")):
-                row = capture(x, ids, q, k, eps, seed, level)
+                row = capture(x, ids, q, k, eps, seed, level, args.wide_clip)
                 if row:
                     rows.append({"set": name, "seed": seed, "level": level, "epsilon": eps, **row})
                     print(rows[-1], flush=True)
@@ -192,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epsilons", default="0.5,1,3")
     p.add_argument("--draws", type=int, default=4000)
     p.add_argument("--name", default="check-power")
+    p.add_argument("--wide-clip", choices=("run", "server"), default="run",
+                   help="run: the run's own wide clip; server: the candidate from B's "
+                        "centers alone (module docstring)")
     p.add_argument("--from-csv", action="store_true")
     args = p.parse_args(argv)
     path = OUT / f"{args.name}.csv"
@@ -212,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.draws} noise draws per run). P(A): the probability of returning "
               "the protocol's centers A, at the noise of the one release of (wide, "
               "narrow) and at that of two releases of half the share each; A / B: true "
-              "costs on the clients' points. Method: the module docstring.")
+              "costs on the clients' points. Method: the module docstring."
+              + (" Wide clip: the candidate from B's centers alone (`--wide-clip "
+                 "server`), not the run's rule." if args.wide_clip == "server" else ""))
     (OUT / f"{args.name}.md").write_text("\n".join(summary(rows, header)) + "\n")
     return 0
 
