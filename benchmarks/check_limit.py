@@ -42,7 +42,7 @@ noise) it captures the clients' points, A and B in the check round (the node's
   same in the wide clipped cost (Neyman-Pearson, the release being Gaussian);
 * ``share for 90 %``: the smallest check share at which the run's wide margin, scaled
   by the calibrated noise of that share (:func:`fedkmeans.privacy.calibration.calibrate`
-  on the paper's split, as :func:`check_power.split_factor`), reaches ``z + 1.2816``
+  on :func:`check_power.paper_plan`, the paper's split), reaches ``z + 1.2816``
   (``P(A) bound`` 0.9), with the clips unchanged; the rest of the budget is what the
   protocol's own rounds keep, so a share near 1 leaves A nothing to be good with; and
   the same for the B-only margin.
@@ -87,21 +87,13 @@ CASES = {
 
 def noise_ratio(epsilon: float, level: str) -> dict[float, float]:
     """Share -> the check release's noise at share 0.1 over its noise at that share."""
-    from fedkmeans.algorithms import release_plan
-    from fedkmeans.config import parse_protocol
+    from check_power import paper_plan
+
     from fedkmeans.privacy.calibration import calibrate
 
     scales = {}
     for share in SHARES:
-        privacy = parse_protocol({
-            "privacy.level": level, "privacy.epsilon": epsilon, "privacy.check-share": share,
-            "privacy.check-clip": 1.0, "privacy.lloyds-steps": 1,
-            "privacy.split": "0.2,0.2,0.45,0.15", "privacy.data-radius": 11.0,
-            "privacy.max-points-per-client": 16, "privacy.clip-covariance": 6050.0,
-            "privacy.clip-histogram": 50.0, "privacy.clip-sums": 550.0,
-            "privacy.clip-counts": 50.0, "privacy.extra-centers": 0}).privacy
-        plan = release_plan("feddp-kmeans", privacy)
-        released = calibrate(plan, epsilon=epsilon, delta=1e-6)
+        released = calibrate(paper_plan(epsilon, level, share), epsilon=epsilon, delta=1e-6)
         scales[share] = next(r.noise_scale for r in released
                              if r.stage == "check/cost_difference")
     return {share: scales[SHARES[0]] / scale for share, scale in scales.items()}

@@ -46,24 +46,30 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "results"
 GAIN = 0.97
 
 
-def split_factor(epsilon: float, level: str) -> float:
-    """Noise of one coordinate as two half-share releases over that of the one release.
-
-    Both plans calibrated (:func:`fedkmeans.privacy.calibration.calibrate`) on the
-    paper's split with check share 0.1, T = 1 and ``max-points-per-client`` 16.
-    """
+def paper_plan(epsilon: float, level: str, share: float = 0.1) -> list:
+    """The release plan of the paper's split with check ``share``, T = 1, ``n_max`` 16."""
     from fedkmeans.algorithms import release_plan
     from fedkmeans.config import parse_protocol
-    from fedkmeans.privacy.calibration import calibrate
 
     privacy = parse_protocol({
-        "privacy.level": level, "privacy.epsilon": epsilon, "privacy.check-share": 0.1,
+        "privacy.level": level, "privacy.epsilon": epsilon, "privacy.check-share": share,
         "privacy.check-clip": 1.0, "privacy.lloyds-steps": 1,
         "privacy.split": "0.2,0.2,0.45,0.15", "privacy.data-radius": 11.0,
         "privacy.max-points-per-client": 16, "privacy.clip-covariance": 6050.0,
         "privacy.clip-histogram": 50.0, "privacy.clip-sums": 550.0,
         "privacy.clip-counts": 50.0, "privacy.extra-centers": 0}).privacy
-    one = release_plan("feddp-kmeans", privacy)
+    return release_plan("feddp-kmeans", privacy)
+
+
+def split_factor(epsilon: float, level: str) -> float:
+    """Noise of one coordinate as two half-share releases over that of the one release.
+
+    Both plans calibrated (:func:`fedkmeans.privacy.calibration.calibrate`) on
+    :func:`paper_plan`.
+    """
+    from fedkmeans.privacy.calibration import calibrate
+
+    one = paper_plan(epsilon, level)
     check = next(p for p in one if p.stage == "check/cost_difference")
     two = [p for p in one if p is not check] + [
         replace(check, stage=f"check/{name}", weight=check.weight / 2,
