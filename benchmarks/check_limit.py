@@ -55,7 +55,6 @@ diagnostic of this benchmark, never published by a run). Writes
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -277,12 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-csv", action="store_true")
     args = p.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from check_power import read_rows, write_rows
+
     path = OUT / f"{args.name}.csv"
     start = time.perf_counter()
     if args.from_csv:
-        with path.open() as f:
-            rows = [{k: (v if k in ("case", "level", "chosen") else float(v))
-                     for k, v in r.items()} for r in csv.DictReader(f)]
+        rows = read_rows(path, ("case", "level", "chosen"))
     else:
         first, _, last = args.seeds.partition("-")
         seeds = range(int(first), int(last)) if last else range(int(first))
@@ -301,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append(row_of(case, seed, level, eps, seen,
                                            ratios[(eps, level)], args.draws, rng))
                         print(rows[-1], flush=True)
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(path, rows)
     command = "python benchmarks/check_limit.py " + " ".join(argv or sys.argv[1:])
     header = (f"# The final choice's limit on the runs it misses\n\nMeasured by "
               f"`{command.strip()}` ({time.perf_counter() - start:.0f} s; {len(rows)} runs "

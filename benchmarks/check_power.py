@@ -207,6 +207,21 @@ def summary(rows: list[dict], header: str) -> list[str]:
     return out
 
 
+def read_rows(path: Path, text: tuple[str, ...]) -> list[dict]:
+    """The csv's rows, every column but ``text`` as a float."""
+    with path.open() as f:
+        return [{k: (v if k in text else float(v)) for k, v in r.items()}
+                for r in csv.DictReader(f)]
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a csv with the first row's keys as its header."""
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", choices=("federations", "uneven"), default="federations")
@@ -225,15 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     path = OUT / f"{args.name}.csv"
     start = time.perf_counter()
     if args.from_csv:
-        with path.open() as f:
-            rows = [{k: (v if k in ("set", "level", "chosen") else float(v))
-                     for k, v in r.items()} for r in csv.DictReader(f)]
+        rows = read_rows(path, ("set", "level", "chosen"))
     else:
         rows = replay(runs(args), args.draws)
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(path, rows)
     command = "python benchmarks/check_power.py " + " ".join(argv or sys.argv[1:])
     header = (f"# The final choice's power, replayed\n\nMeasured by `{command.strip()}` "
               f"({time.perf_counter() - start:.0f} s; {len(rows)} runs with a check round; "
