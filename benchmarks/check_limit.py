@@ -76,7 +76,7 @@ SHARES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 #: case -> (family, what makes it, level, epsilons): the cells the acceptance misses.
 CASES = {
     "small-server": ("federations", "small-server", "client", (0.5,)),
-    "missing-0": ("federations", "missing-0", "client", (0.5,)),
+    "missing-0": ("federations", "missing-0", "client", (0.5, 1.0)),
     "mixture-client": ("harness", "dataset=mixture-client", "client", (1.0,)),
     "diamonds": ("harness", "dataset=diamonds", "client", (3.0, 4.0)),
     "uneven-1:50-k5": ("uneven", (50, 0.01, 5, 5), "datapoint", (0.5,)),
