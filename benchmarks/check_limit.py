@@ -110,12 +110,12 @@ def oracle_margin(diff: np.ndarray, owner: np.ndarray, clients: int, unit: float
     scale = np.abs(diff[diff != 0])
     if scale.size == 0:
         return 0.0, math.nan
-    best, clip = 0.0, math.nan
+    best, clip, magnitude = 0.0, math.nan, np.abs(diff)
     for tau in np.geomspace(scale.min(), scale.max(), 200):
+        if float(np.sum(np.maximum(magnitude - tau, 0.0))) > tolerance:
+            continue  # the clip moves more than the tolerance, whatever the signs
         terms = np.clip(diff / tau, -1.0, 1.0)
         total = float(terms.sum())
-        if float(np.sum(np.maximum(np.abs(diff) - tau, 0.0))) > tolerance:
-            continue  # the clip moves more than the tolerance, whatever the signs
         if bound is None:  # one point moves the sum by at most 1: noise unit / sqrt 2
             margin = total * math.sqrt(2.0) / unit
         else:  # the largest client's |sum| as the per-client bound
@@ -128,46 +128,10 @@ def oracle_margin(diff: np.ndarray, owner: np.ndarray, clients: int, unit: float
 
 def capture(run_fit) -> dict:
     """One run: the check round's points, A, B, release noise and the run's exact sums."""
-    from fedkmeans.clustering.distances import nearest_squared_distances
-    from fedkmeans.server.releaser import Releaser
-    from fedkmeans.stages import check
+    from check_power import check_round
 
-    seen: dict = {"diff": [], "owner": [], "clients": 0}
-    notify, differences, clip = Releaser._notify, check.cost_differences, check.check_clip
-
-    def spy_clip(server_x, centers, alternative):
-        both = np.concatenate([centers, alternative])
-        r = float(np.sqrt(np.median(nearest_squared_distances(server_x, both))))
-        a_side = nearest_squared_distances(centers, alternative)
-        b_side = nearest_squared_distances(alternative, centers)
-        seen["a_clip"] = float(np.max(a_side + 2.0 * r * np.sqrt(a_side)))
-        seen["b_clip"] = float(np.max(b_side + 2.0 * r * np.sqrt(b_side)))
-        return clip(server_x, centers, alternative)
-
-    def spy_notify(self, stage, before, after):
-        if stage == "check/cost_difference" and before is not None:
-            seen["sums"] = [float(v) for v in np.ravel(before)]
-            seen["unit"] = float(self.releases[stage].noise_scale)
-            seen["sensitivity"] = float(self.releases[stage].sensitivity)
-        return notify(self, stage, before, after)
-
-    def spy_differences(points, owner, clients, centers, alternative, tau):
-        to_a = nearest_squared_distances(points, centers)
-        to_b = nearest_squared_distances(points, alternative)
-        seen["a"] = seen.get("a", 0.0) + float(to_a.sum())
-        seen["b"] = seen.get("b", 0.0) + float(to_b.sum())
-        seen["diff"].append(to_a - to_b)
-        seen["clips"] = [float(t) for t in np.atleast_1d(tau)]
-        seen["owner"].append(np.asarray(owner) + seen["clients"])
-        seen["clients"] += clients
-        return differences(points, owner, clients, centers, alternative, tau)
-
-    Releaser._notify, check.cost_differences = spy_notify, spy_differences
-    check.check_clip = spy_clip
-    try:
+    with check_round({}) as seen:
         info = run_fit()
-    finally:
-        Releaser._notify, check.cost_differences, check.check_clip = notify, differences, clip
     if "sums" not in seen:
         return {}
     seen["diff"] = np.concatenate(seen["diff"])
@@ -191,11 +155,10 @@ def fits(case: str, seed: int, eps: float, tmp: str):
         x, _, ids, q, _ = generate(*what, seed)
         k = what[2]
     else:
+        from check_power import federation
         from federation_data import FEDERATIONS
-        from federations import default_data_dir, write_federation
-        clients, server = write_federation(what, seed, default_data_dir())
-        c, s = np.load(clients), np.load(server)
-        x, ids, q, k = c["x"], c["client"], s["server_x"], FEDERATIONS[what].k
+        x, _, ids, q, _ = federation(what, seed)
+        k = FEDERATIONS[what].k
 
     def fit():
         from fedkmeans import FedDPKMeans

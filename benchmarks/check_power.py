@@ -36,6 +36,7 @@ import csv
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,42 +92,79 @@ def server_side_clip(server_x, centers, alternative) -> float:
     return max(float(np.max(gaps + 2.0 * r * np.sqrt(gaps))), np.finfo(float).tiny)
 
 
-def capture(x, ids, q, k, eps, seed, level, wide_clip: str = "run") -> dict:
-    """One run: the check's exact unit sums, unit sigma, reach and the costs of A and B."""
-    from fedkmeans import FedDPKMeans
+@contextmanager
+def check_round(seen: dict, wide_clip=None):
+    """Record into ``seen`` what the check round's release is computed from.
+
+    On release (the server's ``on_release`` hook, before the noise): ``sums``, the exact
+    (wide, narrow) sums in units of their clips, ``unit`` and ``sensitivity``. From the
+    node's ``cost_differences`` (in-process): ``a`` and ``b``, the true costs of A and B
+    on the clients' points (a diagnostic, never published by a run), ``diff``, each
+    point's ``d(p, A)^2 - d(p, B)^2``, and ``owner``, its client (lists of arrays, one per
+    call, clients numbered across calls), ``clients`` and the ``clips`` sent. From the
+    wide clip: ``b_clip``, :func:`server_side_clip`. ``wide_clip``, if given, replaces
+    the run's wide clip rule.
+    """
     from fedkmeans.clustering.distances import nearest_squared_distances
     from fedkmeans.server.releaser import Releaser
     from fedkmeans.stages import check
 
-    seen: dict = {}
+    seen.update(diff=[], owner=[], clients=0, a=0.0, b=0.0)
     notify, differences, clip = Releaser._notify, check.cost_differences, check.check_clip
+    rule = wide_clip or clip
+
+    def spy_clip(server_x, centers, alternative):
+        seen["b_clip"] = server_side_clip(server_x, centers, alternative)
+        return rule(server_x, centers, alternative)
 
     def spy_notify(self, stage, before, after):
         if stage == "check/cost_difference" and before is not None:
             seen["sums"] = [float(v) for v in np.ravel(before)]
             seen["unit"] = float(self.releases[stage].noise_scale)
+            seen["sensitivity"] = float(self.releases[stage].sensitivity)
         return notify(self, stage, before, after)
 
     def spy_differences(points, owner, clients, centers, alternative, tau):
-        seen["a"] = seen.get("a", 0.0) + float(nearest_squared_distances(points, centers).sum())
-        seen["b"] = seen.get("b", 0.0) + float(
-            nearest_squared_distances(points, alternative).sum())
+        to_a = nearest_squared_distances(points, centers)
+        to_b = nearest_squared_distances(points, alternative)
+        seen["a"] += float(to_a.sum())
+        seen["b"] += float(to_b.sum())
+        seen["diff"].append(to_a - to_b)
+        seen["owner"].append(np.asarray(owner) + seen["clients"])
+        seen["clients"] += clients
+        seen["clips"] = [float(t) for t in np.atleast_1d(tau)]
         return differences(points, owner, clients, centers, alternative, tau)
 
-    Releaser._notify, check.cost_differences = spy_notify, spy_differences
-    if wide_clip == "server":
-        check.check_clip = server_side_clip
+    Releaser._notify, check.cost_differences, check.check_clip = (
+        spy_notify, spy_differences, spy_clip)
     try:
-        fit = FedDPKMeans(n_clusters=k, epsilon=eps, level=level,
-                          random_state=seed).fit(x, groups=ids, X_server=q)
+        yield seen
     finally:
         Releaser._notify, check.cost_differences, check.check_clip = notify, differences, clip
+
+
+def capture(x, ids, q, k, eps, seed, level, wide_clip: str = "run") -> dict:
+    """One run: the check's exact unit sums, unit sigma, reach and the costs of A and B."""
+    from fedkmeans import FedDPKMeans
+
+    with check_round({}, server_side_clip if wide_clip == "server" else None) as seen:
+        fit = FedDPKMeans(n_clusters=k, epsilon=eps, level=level,
+                          random_state=seed).fit(x, groups=ids, X_server=q)
     info = fit.release_.get("check") or {}
     if "sums" not in seen:
         return {}
     return {"wide_sum": seen["sums"][0], "narrow_sum": seen["sums"][1], "unit": seen["unit"],
             "reach_sigmas": info.get("reach_sigmas"), "a_over_b": seen["a"] / seen["b"],
             "chosen": info.get("chosen", "")}
+
+
+def federation(name: str, seed: int) -> tuple:
+    """``(x, None, client_ids, server_x, None)`` of a federation, as ``generate`` returns."""
+    from federations import default_data_dir, write_federation
+
+    clients, server = write_federation(name, seed, default_data_dir())
+    c, s = np.load(clients), np.load(server)
+    return c["x"], None, c["client"], s["server_x"], None
 
 
 def runs(args) -> list[dict]:
@@ -146,14 +184,10 @@ def runs(args) -> list[dict]:
                                       generate(r, s, k, d, seed), k))
     else:
         from federation_data import FEDERATIONS
-        from federations import default_data_dir, write_federation
         for name in args.federations.split(","):
             for seed in seeds:
-                def load(name=name, seed=seed):
-                    clients, server = write_federation(name, seed, default_data_dir())
-                    c, s = np.load(clients), np.load(server)
-                    return c["x"], None, c["client"], s["server_x"], None
-                cases.append((name, seed, load, FEDERATIONS[name].k))
+                cases.append((name, seed, lambda name=name, seed=seed: federation(name, seed),
+                              FEDERATIONS[name].k))
     rows = []
     for name, seed, load, k in cases:
         x, _, ids, q, _ = load()
