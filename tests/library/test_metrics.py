@@ -146,6 +146,19 @@ def test_hungarian_accuracy_validation() -> None:
         hungarian_accuracy(np.array([1, 2]))
 
 
+def _assert_matches_sklearn(table, labels, clusters) -> None:
+    """ARI, NMI and FMI of a contingency table against scikit-learn's on the labels."""
+    assert adjusted_rand_index(table) == pytest.approx(
+        adjusted_rand_score(labels, clusters), abs=1e-10
+    )
+    assert normalized_mutual_info(table) == pytest.approx(
+        normalized_mutual_info_score(labels, clusters), abs=1e-12
+    )
+    assert fowlkes_mallows_index(table) == pytest.approx(
+        fowlkes_mallows_score(labels, clusters), abs=1e-12
+    )
+
+
 @pytest.mark.parametrize("trial", range(12))
 def test_ari_nmi_match_sklearn(trial: int) -> None:
     rng = np.random.default_rng(trial)
@@ -157,15 +170,7 @@ def test_ari_nmi_match_sklearn(trial: int) -> None:
         # Correlated labelings (mostly agree).
         clusters = np.where(rng.random(n) < 0.8, labels % n_clusters, clusters)
     _, table = contingency(labels, clusters, n_clusters)
-    assert adjusted_rand_index(table) == pytest.approx(
-        adjusted_rand_score(labels, clusters), abs=1e-10
-    )
-    assert normalized_mutual_info(table) == pytest.approx(
-        normalized_mutual_info_score(labels, clusters), abs=1e-12
-    )
-    assert fowlkes_mallows_index(table) == pytest.approx(
-        fowlkes_mallows_score(labels, clusters), abs=1e-12
-    )
+    _assert_matches_sklearn(table, labels, clusters)
 
 
 @pytest.mark.parametrize(
@@ -245,15 +250,7 @@ def test_summed_client_tables_equal_pooled_scores() -> None:
     values = np.arange(4)
     parts = np.array_split(np.arange(300), 3)
     total = sum(contingency(labels[p], clusters[p], 4, label_values=values)[1] for p in parts)
-    assert adjusted_rand_index(total) == pytest.approx(
-        adjusted_rand_score(labels, clusters), abs=1e-10
-    )
-    assert normalized_mutual_info(total) == pytest.approx(
-        normalized_mutual_info_score(labels, clusters), abs=1e-12
-    )
-    assert fowlkes_mallows_index(total) == pytest.approx(
-        fowlkes_mallows_score(labels, clusters), abs=1e-12
-    )
+    _assert_matches_sklearn(total, labels, clusters)
     assert hungarian_accuracy(total) == pytest.approx(np.mean(labels == clusters))
 
 
